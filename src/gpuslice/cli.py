@@ -1,0 +1,103 @@
+"""The `gpuslice` command: one click group, each command a thin adapter to a module.
+
+Exit codes: 0 ok, 1 user error (bad input), 2 usage, 3 environment (no driver/GPU/library).
+Errors print one `gpuslice: error: ...` line; `--debug` shows the traceback instead.
+Tests: tests/unit/test_cli.py
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from gpuslice import __version__
+from gpuslice.errors import GpusliceError, ShimError
+
+EXIT_USER, EXIT_USAGE, EXIT_ENV = 1, 2, 3
+
+
+class _Group(click.Group):
+    """Turns GpusliceError into one line on stderr with the right exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except GpusliceError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"gpuslice: error: {exc}", err=True)
+            sys.exit(EXIT_ENV if isinstance(exc, ShimError) else EXIT_USER)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpuslice")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """Share NVIDIA GPUs between pods and processes with hard memory and compute caps."""
+    ctx.obj = {"debug": debug}
+
+
+def _lazy(module: str, attr: str) -> Callable[..., Any]:
+    """Import a command's implementation only when it runs (keeps `--help` fast)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(module), attr)(*args, **kwargs)
+
+    return call
+
+
+@main.command()
+@click.option("--cluster", "cluster_file", required=True, type=click.Path(dir_okay=False),
+              help="Cluster file (YAML): node groups x GPU models.")
+@click.option("--trace", "trace_file", required=True, type=click.Path(dir_okay=False),
+              help="Trace file (JSON lines or YAML): arrival, duration, pod spec.")
+@click.option("--policy", "policies", multiple=True,
+              help="Policy to compare, NODE/GPU or a preset name; repeat for a side-by-side table.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per policy.")
+@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+def simulate(cluster_file: str, trace_file: str, policies: tuple[str, ...], as_json: bool,
+             no_progress: bool) -> None:
+    """Replay a job trace on a simulated cluster with the real allocator."""
+    _lazy("gpuslice.simulate.command", "run")(
+        cluster_file=cluster_file, trace_file=trace_file, policies=policies,
+        as_json=as_json, progress=not no_progress)
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--gpu-memory", help="Device-memory cap per GPU, e.g. 4GiB, 512Mi, 1073741824.")
+@click.option("--gpu-compute", type=click.IntRange(0, 100),
+              help="Compute share in percent of one GPU (0 or 100 = no limit).")
+@click.option("--compute-mode", type=click.Choice(["hard", "work-conserving"]),
+              help="Compute throttling mode (default hard).")
+@click.option("--region", type=click.Path(dir_okay=False),
+              help="Shared region file; commands given the same file share one cap.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(gpu_memory: str | None, gpu_compute: int | None, compute_mode: str | None,
+        region: str | None, command: tuple[str, ...]) -> None:
+    """Run COMMAND with libgpuslice enforcing the given limits (no Kubernetes needed)."""
+    sys.exit(_lazy("gpuslice.shim", "run_command")(
+        command=list(command), gpu_memory=gpu_memory, gpu_compute=gpu_compute,
+        compute_mode=compute_mode, region=region))
+
+
+@main.command()
+@click.option("--region", type=click.Path(dir_okay=False),
+              help="Shared region file (default: the one `gpuslice run` uses).")
+@click.option("--once", is_flag=True, help="Print one snapshot and exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the snapshot as JSON.")
+def top(region: str | None, once: bool, as_json: bool) -> None:
+    """Show usage against limits per process of a shared region."""
+    _lazy("gpuslice.shim", "top_command")(region=region, once=once, as_json=as_json)
+
+
+@main.command()
+@click.option("--path", "show_path", is_flag=True, help="Print the path of libgpuslice.so.")
+def shim(show_path: bool) -> None:
+    """Information about the in-container library libgpuslice.so."""
+    _lazy("gpuslice.shim", "shim_command")(show_path=show_path)

@@ -1,0 +1,36 @@
+"""The user-facing error tree. Every message says what is wrong and how to fix it.
+
+GpusliceError
+ ├── RequestError     a pod/container asks for something invalid (webhook denies with it)
+ ├── CodecError       an annotation we own is malformed or of an unknown version
+ ├── InputFileError   a cluster/trace/config file is malformed (names file and entry)
+ └── ShimError        the in-container library or its region cannot be used
+"""
+
+from __future__ import annotations
+
+__all__ = ["CodecError", "GpusliceError", "InputFileError", "RequestError", "ShimError"]
+
+
+class GpusliceError(Exception):
+    """Base of every error gpuslice raises on purpose (never a bare traceback for users)."""
+
+
+class RequestError(GpusliceError):
+    """An invalid slice request. `problems` holds every problem found, one line each."""
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+class CodecError(GpusliceError):
+    """An annotation could not be decoded; the message names the annotation and field."""
+
+
+class InputFileError(GpusliceError):
+    """A file given on the command line is malformed; the message names file and entry."""
+
+
+class ShimError(GpusliceError):
+    """libgpuslice or its shared region is missing, mismatched or unreadable."""
