@@ -1,0 +1,12 @@
+"""Trace-driven cluster simulator: replay a job trace on a simulated cluster, real allocator.
+
+Modules, in the order to read them:
+  command.py    `gpuslice simulate`: load files, replay once per policy, print (entry point)
+  cluster.py    cluster file (YAML) -> NodeInventory list, strict validation
+  trace.py      trace file (JSON lines / YAML) -> Job list, via gpuslice.dialects
+  engine.py     discrete-event replay: event order, FIFO-with-backfill queue, outcomes
+  metrics.py    footprints, time-weighted usage, fragmentation, percentiles, Metrics
+  report.py     rich table (a column per policy) and JSON lines
+Formats and metric definitions: docs/simulate.md. Imports nothing here, so `--help` stays fast.
+Tests: tests/unit/simulate/, tests/unit/test_cli_simulate.py, tests/golden/simulate_small.*
+"""

@@ -1,0 +1,64 @@
+"""`gpuslice simulate`: load the cluster and trace, replay once per policy, print the report.
+
+Owns: the command's flow, default policies (binpack, spread), the progress bar (stderr, only on
+a terminal), and where output goes (stdout: table or JSON lines).
+Does not: parse flags (cli.py) or compute/format numbers (engine.py, metrics.py, report.py).
+Failure: bad files or policy names raise GpusliceError subclasses, which cli.py prints as one
+`gpuslice: error: ...` line with exit code 1.
+Tests: tests/unit/test_cli_simulate.py, tests/unit/simulate/test_report_render.py (golden)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from gpuslice.allocator import Policy, parse_policy
+from gpuslice.simulate.cluster import load_cluster
+from gpuslice.simulate.engine import replay
+from gpuslice.simulate.metrics import Metrics
+from gpuslice.simulate.report import json_lines, render_table
+from gpuslice.simulate.trace import load_trace
+
+__all__ = ["DEFAULT_POLICIES", "run"]
+
+DEFAULT_POLICIES = ("binpack", "spread")
+
+
+def _policies(names: tuple[str, ...]) -> list[Policy]:
+    """Parse each name once; names that mean the same policy are run once."""
+    out: dict[str, Policy] = {}
+    for name in names or DEFAULT_POLICIES:
+        policy = parse_policy(name)
+        out.setdefault(policy.name, policy)
+    return list(out.values())
+
+
+def run(*, cluster_file: str, trace_file: str, policies: tuple[str, ...], as_json: bool,
+        progress: bool) -> None:
+    """Replay `trace_file` on `cluster_file` under each policy and print the comparison."""
+    chosen = _policies(policies)
+    nodes = load_cluster(cluster_file)
+    jobs = load_trace(trace_file)
+    err = Console(stderr=True)
+    show = progress and err.is_terminal
+    results: list[Metrics] = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("events"), TimeElapsedColumn(), console=err, transient=True,
+                  disable=not show) as bar:
+        for policy in chosen:
+            task = bar.add_task(f"simulating {policy.name}", total=2 * len(jobs))
+            result = replay(nodes, jobs, policy,
+                            on_progress=lambda n, task=task: bar.update(task, completed=n))
+            bar.update(task, completed=2 * len(jobs))
+            results.append(result.metrics)
+    if as_json:
+        sys.stdout.write(json_lines(results))
+        sys.stdout.flush()
+        return
+    title = (f"{Path(cluster_file).name}: {len(nodes)} nodes; {Path(trace_file).name}: "
+             f"{len(jobs):,} jobs")
+    render_table(results, Console(), title=title)
