@@ -1,0 +1,415 @@
+/* Fake driver: streams, events, modules, kernel and graph launches on a virtual GPU timeline.
+ * A launch occupies its device for gridDimX*gridDimY*gridDimZ * FAKE_CUDA_NS_PER_BLOCK ns, starting
+ * when the device (shared by every process of the state file) is free; events take the position
+ * of their stream's tail; synchronisation sleeps until the virtual timeline passes that point. */
+#include "fake.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+struct fake_stream {
+    struct fake_ctx *ctx;
+    _Atomic int64_t tail_ns;
+    unsigned flags;
+    int alive;
+};
+
+struct fake_event {
+    int64_t ts_ns;
+    int recorded;
+    int timing;
+    int alive;
+};
+
+struct fake_graph {
+    uint64_t blocks;
+    int alive;
+};
+
+static int g_function_token;
+
+struct fake_stream *fake_stream_new(struct fake_ctx *ctx, unsigned flags) {
+    struct fake_stream *s = calloc(1, sizeof *s);
+    if (s != NULL) {
+        s->ctx = ctx;
+        s->flags = flags;
+        s->alive = 1;
+    }
+    return s;
+}
+
+int fake_stream_ordinal(struct fake_stream *s) { return s->ctx->ordinal; }
+
+struct fake_stream *fake_stream_resolve(CUstream hs, CUresult *rc) {
+    if (!fake_initialized()) {
+        *rc = CUDA_ERROR_NOT_INITIALIZED;
+        return NULL;
+    }
+    if (hs == NULL || hs == CU_STREAM_LEGACY || hs == CU_STREAM_PER_THREAD) {
+        struct fake_ctx *c;
+        *rc = fake_need_ctx(&c);
+        return *rc == CUDA_SUCCESS ? c->null_stream : NULL;
+    }
+    struct fake_stream *s = (struct fake_stream *)hs;
+    if (!s->alive || !s->ctx->alive) {
+        *rc = CUDA_ERROR_INVALID_HANDLE;
+        return NULL;
+    }
+    *rc = CUDA_SUCCESS;
+    return s;
+}
+
+static int64_t stream_tail(struct fake_stream *s) { return atomic_load(&s->tail_ns); }
+
+/* Puts `blocks` worth of work at the end of the device timeline; returns CUDA_SUCCESS. */
+static CUresult enqueue(struct fake_stream *s, uint64_t blocks) {
+    int phys = fake_phys(s->ctx->ordinal);
+    _Atomic int64_t *busy = &fake_state()->busy_until_ns[phys];
+    int64_t dur = (int64_t)blocks * fake_cfg()->ns_per_block;
+    int64_t now = fake_now_ns(), cur = atomic_load(busy), end;
+    do {
+        int64_t start = cur > now ? cur : now;
+        int64_t tail = stream_tail(s);
+        start = start > tail ? start : tail;
+        end = start + dur;
+    } while (!atomic_compare_exchange_weak(busy, &cur, end));
+    atomic_store(&s->tail_ns, end);
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch(CUstream hs, unsigned gx, unsigned gy, unsigned gz) {
+    CUresult rc;
+    struct fake_stream *s = fake_stream_resolve(hs, &rc);
+    if (s == NULL)
+        return rc;
+    if (gx == 0 || gy == 0 || gz == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return enqueue(s, (uint64_t)gx * gy * gz);
+}
+
+static CUresult stream_sync(CUstream hs) {
+    CUresult rc;
+    struct fake_stream *s = fake_stream_resolve(hs, &rc);
+    if (s == NULL)
+        return rc;
+    fake_sleep_until(stream_tail(s));
+    fake_pools_release_at_sync();
+    return CUDA_SUCCESS;
+}
+
+static CUresult stream_query(CUstream hs) {
+    CUresult rc;
+    struct fake_stream *s = fake_stream_resolve(hs, &rc);
+    if (s == NULL)
+        return rc;
+    return stream_tail(s) <= fake_now_ns() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+FAKE_EXPORT CUresult cuStreamCreate(CUstream *out, unsigned int flags) {
+    struct fake_ctx *c;
+    CUresult rc = fake_need_ctx(&c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (out == NULL || flags > CU_STREAM_NON_BLOCKING)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fake_stream *s = fake_stream_new(c, flags);
+    if (s == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *out = (CUstream)s;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamCreateWithPriority(CUstream *out, unsigned int flags, int prio) {
+    (void)prio;
+    return cuStreamCreate(out, flags);
+}
+
+FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream hs) {
+    if (!fake_initialized())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct fake_stream *s = (struct fake_stream *)hs;
+    if (s == NULL || hs == CU_STREAM_LEGACY || hs == CU_STREAM_PER_THREAD || !s->alive)
+        return CUDA_ERROR_INVALID_HANDLE;
+    s->alive = 0; /* kept: a stale handle fails cleanly */
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamSynchronize(CUstream s) {
+    fake_note(__func__);
+    return stream_sync(s);
+}
+FAKE_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) {
+    fake_note(__func__);
+    return stream_sync(s);
+}
+FAKE_EXPORT CUresult cuStreamQuery(CUstream s) {
+    fake_note(__func__);
+    return stream_query(s);
+}
+FAKE_EXPORT CUresult cuStreamQuery_ptsz(CUstream s) {
+    fake_note(__func__);
+    return stream_query(s);
+}
+
+static CUresult wait_event(CUstream hs, CUevent he) {
+    CUresult rc;
+    struct fake_stream *s = fake_stream_resolve(hs, &rc);
+    struct fake_event *e = (struct fake_event *)he;
+    if (s == NULL)
+        return rc;
+    if (e == NULL || !e->alive)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (e->recorded && e->ts_ns > stream_tail(s))
+        atomic_store(&s->tail_ns, e->ts_ns);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int f) {
+    (void)f;
+    return wait_event(s, e);
+}
+
+FAKE_EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int f) {
+    (void)f;
+    return wait_event(s, e);
+}
+
+FAKE_EXPORT CUresult cuEventCreate(CUevent *out, unsigned int flags) {
+    struct fake_ctx *c;
+    CUresult rc = fake_need_ctx(&c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (out == NULL || flags > 0xf)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fake_event *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e->alive = 1;
+    e->timing = !(flags & CU_EVENT_DISABLE_TIMING);
+    *out = (CUevent)e;
+    return CUDA_SUCCESS;
+}
+
+static CUresult event_record(CUevent he, CUstream hs) {
+    CUresult rc;
+    struct fake_stream *s = fake_stream_resolve(hs, &rc);
+    struct fake_event *e = (struct fake_event *)he;
+    if (s == NULL)
+        return rc;
+    if (e == NULL || !e->alive)
+        return CUDA_ERROR_INVALID_HANDLE;
+    int64_t now = fake_now_ns(), tail = stream_tail(s);
+    e->ts_ns = tail > now ? tail : now;
+    e->recorded = 1;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
+    fake_note(__func__);
+    return event_record(e, s);
+}
+FAKE_EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream s) {
+    fake_note(__func__);
+    return event_record(e, s);
+}
+
+FAKE_EXPORT CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int f) {
+    (void)f;
+    return event_record(e, s);
+}
+
+FAKE_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int f) {
+    (void)f;
+    return event_record(e, s);
+}
+
+FAKE_EXPORT CUresult cuEventQuery(CUevent he) {
+    struct fake_event *e = (struct fake_event *)he;
+    if (!fake_initialized())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (e == NULL || !e->alive)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return !e->recorded || e->ts_ns <= fake_now_ns() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+FAKE_EXPORT CUresult cuEventSynchronize(CUevent he) {
+    struct fake_event *e = (struct fake_event *)he;
+    if (!fake_initialized())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (e == NULL || !e->alive)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (e->recorded)
+        fake_sleep_until(e->ts_ns);
+    fake_pools_release_at_sync();
+    return CUDA_SUCCESS;
+}
+
+static CUresult elapsed(float *ms, CUevent hs, CUevent he) {
+    struct fake_event *a = (struct fake_event *)hs, *b = (struct fake_event *)he;
+    if (!fake_initialized())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (ms == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (a == NULL || b == NULL || !a->alive || !b->alive || !a->recorded || !b->recorded || !a->timing ||
+        !b->timing)
+        return CUDA_ERROR_INVALID_HANDLE;
+    int64_t now = fake_now_ns();
+    if (a->ts_ns > now || b->ts_ns > now)
+        return CUDA_ERROR_NOT_READY;
+    *ms = (float)((double)(b->ts_ns - a->ts_ns) / 1e6);
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
+    fake_note(__func__);
+    return elapsed(ms, a, b);
+}
+FAKE_EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) {
+    fake_note(__func__);
+    return elapsed(ms, a, b);
+}
+
+FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent he) {
+    struct fake_event *e = (struct fake_event *)he;
+    if (!fake_initialized())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (e == NULL || !e->alive)
+        return CUDA_ERROR_INVALID_HANDLE;
+    e->alive = 0;
+    return CUDA_SUCCESS;
+}
+
+/* ---- modules: no code is loaded; any image gives a module whose functions are all one token ---- */
+FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) {
+    struct fake_ctx *c;
+    CUresult rc = fake_need_ctx(&c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (m == NULL || image == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *m = (CUmodule)&g_function_token;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+    if (!fake_initialized())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (f == NULL || m == NULL || name == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *f = (CUfunction)&g_function_token;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuModuleUnload(CUmodule m) {
+    return m == NULL ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+}
+
+/* ---- launches ---- */
+FAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                    unsigned bz, unsigned shm, CUstream s, void **params, void **extra) {
+    fake_note(__func__);
+    (void)f, (void)bx, (void)by, (void)bz, (void)shm, (void)params, (void)extra;
+    return launch(s, gx, gy, gz);
+}
+
+FAKE_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                         unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
+                                         void **extra) {
+    fake_note(__func__);
+    (void)f, (void)bx, (void)by, (void)bz, (void)shm, (void)params, (void)extra;
+    return launch(s, gx, gy, gz);
+}
+
+FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
+    fake_note(__func__);
+    (void)f, (void)params, (void)extra;
+    return cfg == NULL ? CUDA_ERROR_INVALID_VALUE : launch(cfg->hStream, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ);
+}
+
+FAKE_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
+    fake_note(__func__);
+    (void)f, (void)params, (void)extra;
+    return cfg == NULL ? CUDA_ERROR_INVALID_VALUE : launch(cfg->hStream, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ);
+}
+
+FAKE_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                               unsigned by, unsigned bz, unsigned shm, CUstream s, void **params) {
+    fake_note(__func__);
+    (void)f, (void)bx, (void)by, (void)bz, (void)shm, (void)params;
+    return launch(s, gx, gy, gz);
+}
+
+FAKE_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                    unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
+                                                    void **params) {
+    fake_note(__func__);
+    (void)f, (void)bx, (void)by, (void)bz, (void)shm, (void)params;
+    return launch(s, gx, gy, gz);
+}
+
+/* ---- graphs: a graph is the sum of its kernel nodes' blocks, launched as one piece of work ---- */
+FAKE_EXPORT CUresult cuGraphCreate(CUgraph *g, unsigned int flags) {
+    if (!fake_initialized())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (g == NULL || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fake_graph *fg = calloc(1, sizeof *fg);
+    if (fg == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    fg->alive = 1;
+    *g = (CUgraph)fg;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                                             const CUDA_KERNEL_NODE_PARAMS *p) {
+    (void)deps, (void)n;
+    struct fake_graph *fg = (struct fake_graph *)g;
+    if (node == NULL || fg == NULL || p == NULL || p->gridDimX == 0 || p->gridDimY == 0 || p->gridDimZ == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    fg->blocks += (uint64_t)p->gridDimX * p->gridDimY * p->gridDimZ;
+    *node = (CUgraphNode)&g_function_token;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, unsigned long long flags) {
+    (void)flags;
+    struct fake_graph *fg = (struct fake_graph *)g, *e;
+    if (exec == NULL || fg == NULL || !fg->alive)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((e = calloc(1, sizeof *e)) == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *e = *fg;
+    *exec = (CUgraphExec)e;
+    return CUDA_SUCCESS;
+}
+
+static CUresult graph_launch(CUgraphExec exec, CUstream hs) {
+    struct fake_graph *e = (struct fake_graph *)exec;
+    CUresult rc;
+    struct fake_stream *s = fake_stream_resolve(hs, &rc);
+    if (s == NULL)
+        return rc;
+    if (e == NULL || !e->alive)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return enqueue(s, e->blocks);
+}
+
+FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
+    fake_note(__func__);
+    return graph_launch(e, s);
+}
+FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream s) {
+    fake_note(__func__);
+    return graph_launch(e, s);
+}
+
+FAKE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
+    struct fake_graph *e = (struct fake_graph *)exec;
+    if (e == NULL || !e->alive)
+        return CUDA_ERROR_INVALID_VALUE;
+    e->alive = 0;
+    return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuGraphDestroy(CUgraph g) { return cuGraphExecDestroy((CUgraphExec)g); }

@@ -1,0 +1,416 @@
+"""Harness for the native tests: builds libgpuslice, the fake driver and the probe programs, and
+runs them with LD_PRELOAD against the fake (LD_LIBRARY_PATH), parsing their one-line results.
+Owns: build orchestration for tests (one flock'ed build per session), env composition, output
+parsing, and a reader of the fake driver's state file (its own accounting, native/fake/fake.h).
+Does not: judge results (the test files do) or read the gpuslice region (gpuslice.shim.Region does).
+Failure: a build error fails the test with the compiler output; nothing is ever skipped.
+Tests: tests/native/test_*.py (this module is their only entry to the binaries)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import queue
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+NATIVE = REPO / "native"
+LIB = NATIVE / "build" / "libgpuslice.so"
+FAKE_DIR = NATIVE / "build" / "fake"
+PROGS = Path(__file__).resolve().parent / "progs"
+CUDA_INCLUDE = "/usr/local/cuda/include"
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+GRANULE = 2 * MiB  # cuMemAlloc granularity the library documents (and the fake charges)
+CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY = 0, 1, 2
+CUDA_ERROR_NOT_FOUND = 500
+
+_ENV_PREFIXES = ("CUDA_", "LIBCUDA_", "FAKE_CUDA_", "GPUSLICE_", "LD_PRELOAD", "NVIDIA_")
+
+
+class BuildError(Exception):
+    """A make or cc step failed; the message holds the command and its output."""
+
+
+def round_up(n: int, to: int = GRANULE) -> int:
+    return -(-n // to) * to
+
+
+def _run_build(cmd: list[str], cwd: Path = REPO) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise BuildError(f"$ {' '.join(cmd)}\n(exit {proc.returncode})\n{out}")
+    return out
+
+
+@contextmanager
+def _build_lock() -> Iterator[None]:
+    (NATIVE / "build").mkdir(parents=True, exist_ok=True)
+    with open(NATIVE / "build" / ".tests-native.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Paths of everything the native tests execute."""
+
+    lib: Path
+    fake_dir: Path
+    bin_dir: Path
+
+    def __getitem__(self, name: str) -> Path:
+        return self.bin_dir / name
+
+
+def build_all(bin_dir: Path) -> Binaries:
+    """`make -C native`, `make -C native/fake`, then the probe programs into bin_dir."""
+    with _build_lock():
+        _run_build(["make", "-C", "native/fake", "-s"])
+        _run_build(["make", "-C", "native", "-s"])
+    if not LIB.is_file():
+        raise BuildError(f"`make -C native` succeeded but {LIB} does not exist")
+    cc = os.environ.get("CC", "cc")
+    warn = ["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", f"-I{CUDA_INCLUDE}"]
+    fake = [f"-L{FAKE_DIR}", f"-Wl,-rpath-link,{FAKE_DIR}"]
+    probe = str(PROGS / "probe.c")
+    steps = [
+        [cc, *warn, "-DGS_PROBE_LINKED", probe, "-o", "probe", *fake, "-lcuda", "-ldl"],
+        [
+            cc,
+            *warn,
+            "-DGS_PROBE_LINKED",
+            "-DCUDA_API_PER_THREAD_DEFAULT_STREAM",
+            probe,
+            "-o",
+            "probe_ptsz",
+            *fake,
+            "-lcuda",
+            "-ldl",
+        ],
+        [cc, *warn, probe, "-o", "probe_dl", "-ldl"],
+        [cc, *warn, str(PROGS / "fake_smi.c"), "-o", "fake_smi", "-ldl"],
+        [
+            cc,
+            *warn,
+            "-DGS_SMI_LINKED",
+            str(PROGS / "fake_smi.c"),
+            "-o",
+            "fake_smi_linked",
+            *fake,
+            "-lnvidia-ml",
+            "-ldl",
+        ],
+    ]
+    for which in "abc":
+        extra = ["-DGS_ASK_NEXT"] if which == "b" else []
+        steps.append(
+            [
+                cc,
+                *warn,
+                "-shared",
+                "-fPIC",
+                f'-DGS_WHICH="{which}"',
+                *extra,
+                str(PROGS / "rtld_next_lib.c"),
+                "-o",
+                f"libgs_next_{which}.so",
+                "-ldl",
+            ]
+        )
+    steps.append(
+        [
+            cc,
+            *warn,
+            str(PROGS / "rtld_next_main.c"),
+            "-o",
+            "rtld_next_main",
+            "-Wl,--no-as-needed",
+            "-L.",
+            "-lgs_next_a",
+            "-lgs_next_b",
+            "-lgs_next_c",
+            "-ldl",
+            "-Wl,-rpath,$ORIGIN",
+        ]
+    )
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for step in steps:
+        _run_build(step, cwd=bin_dir)
+    return Binaries(lib=LIB, fake_dir=FAKE_DIR, bin_dir=bin_dir)
+
+
+@dataclass
+class Line:
+    """One result line of gs_probe: `<cmd> [args] rc=<n> [key=value ...]`."""
+
+    cmd: str
+    args: list[str]
+    kv: dict[str, str]
+    text: str
+
+    @property
+    def rc(self) -> int:
+        return int(self.kv["rc"])
+
+    def int(self, key: str) -> int:
+        return int(self.kv[key])
+
+
+@dataclass
+class Result:
+    """A finished probe (or other program) run."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    lines: list[Line] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.lines = [parse_line(t) for t in self.stdout.splitlines() if "rc=" in t]
+
+    def of(self, cmd: str) -> list[Line]:
+        return [ln for ln in self.lines if ln.cmd == cmd]
+
+    def one(self, cmd: str) -> Line:
+        found = self.of(cmd)
+        assert len(found) == 1, f"expected one `{cmd}` line in:\n{self.describe()}"
+        return found[0]
+
+    def log_lines(self, level: str | None = None) -> list[str]:
+        """libgpuslice's log lines on stderr (`gpuslice[pid:tid] L file:line ...`)."""
+        out = [t for t in self.stderr.splitlines() if t.startswith("gpuslice[")]
+        return [t for t in out if level is None or t.split(" ", 2)[1] == level]
+
+    def describe(self) -> str:
+        return (
+            f"$ {' '.join(self.argv)}\nexit {self.returncode}\n--- stdout\n{self.stdout}"
+            f"--- stderr\n{self.stderr}"
+        )
+
+
+def parse_line(text: str) -> Line:
+    tokens = text.split()
+    kv = dict(t.split("=", 1) for t in tokens[1:] if "=" in t)
+    args = [t for t in tokens[1:] if "=" not in t]
+    return Line(cmd=tokens[0], args=args, kv=kv, text=text)
+
+
+class Harness:
+    """Per-test runner: a private region file and fake-driver state file under tmp_path."""
+
+    def __init__(self, binaries: Binaries, tmp_path: Path) -> None:
+        self.bins = binaries
+        self.tmp = tmp_path
+        self.region = tmp_path / "gpuslice.region"
+        self.fake_state = tmp_path / "fake.state"
+
+    def env(
+        self,
+        *,
+        limit: str | None = None,
+        preload: bool = True,
+        fake_mib: int = 1024,
+        devices: int = 1,
+        ctx_mib: int = 0,
+        region: Path | None = None,
+        extra: Mapping[str, str] | None = None,
+    ) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIXES)}
+        env.update(
+            {
+                "LD_LIBRARY_PATH": str(self.bins.fake_dir),
+                "FAKE_CUDA_STATE": str(self.fake_state),
+                "FAKE_CUDA_MEMORY_MIB": str(fake_mib),
+                "FAKE_CUDA_DEVICES": str(devices),
+                "FAKE_CUDA_CONTEXT_MIB": str(ctx_mib),
+                "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(region or self.region),
+            }
+        )
+        if preload:
+            env["LD_PRELOAD"] = str(self.bins.lib)
+        if limit is not None:
+            env["CUDA_DEVICE_MEMORY_LIMIT"] = limit
+        env.update(extra or {})
+        return env
+
+    def argv(self, cmds: tuple[object, ...], via: str | None, binary: str) -> list[str]:
+        head = [str(self.bins[binary])] + (["--via", via] if via else [])
+        return head + [str(c) for c in cmds]
+
+    def probe(
+        self,
+        *cmds: object,
+        via: str | None = None,
+        binary: str = "probe",
+        timeout: float = 30,
+        **env_kw: object,
+    ) -> Result:
+        argv = self.argv(cmds, via, binary)
+        proc = subprocess.run(
+            argv,
+            env=self.env(**env_kw),
+            capture_output=True,
+            text=True,  # type: ignore[arg-type]
+            timeout=timeout,
+        )
+        return Result(argv, proc.returncode, proc.stdout, proc.stderr)
+
+    def spawn(
+        self, *cmds: object, via: str | None = None, binary: str = "probe", **env_kw: object
+    ) -> Spawned:
+        env = self.env(**env_kw)  # type: ignore[arg-type]
+        return Spawned(
+            subprocess.Popen(
+                self.argv(cmds, via, binary),
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
+
+    def run(self, argv: list[str], timeout: float = 60, **env_kw: object) -> Result:
+        proc = subprocess.run(
+            argv,
+            env=self.env(**env_kw),
+            capture_output=True,
+            text=True,  # type: ignore[arg-type]
+            timeout=timeout,
+        )
+        return Result(argv, proc.returncode, proc.stdout, proc.stderr)
+
+    def gpuslice(self, *args: object, timeout: float = 60, **env_kw: object) -> Result:
+        """The `gpuslice` CLI as users run it (console entry point of this checkout)."""
+        argv = [
+            sys.executable,
+            "-c",
+            "import sys; from gpuslice.cli import main; sys.exit(main())",
+            *map(str, args),
+        ]
+        env_kw.setdefault("preload", False)
+        env = self.env(**env_kw)  # type: ignore[arg-type]
+        env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+        return Result(argv, proc.returncode, proc.stdout, proc.stderr)
+
+    def smi(self, *, linked: bool = False, **env_kw: object) -> list[dict[str, str]]:
+        """fake_smi's per-GPU lines as dicts (and `proc` lines under key 'procs')."""
+        binary = "fake_smi_linked" if linked else "fake_smi"
+        res = self.run([str(self.bins[binary])], **env_kw)
+        assert res.returncode == 0, res.describe()
+        gpus: list[dict[str, str]] = []
+        for text in res.stdout.splitlines():
+            tokens = text.split()
+            kv = dict(t.split("=", 1) for t in tokens if "=" in t)
+            if tokens[0] == "gpu":
+                gpus.append({"index": tokens[1], **kv, "procs": ""})
+            elif tokens[0] == "proc":
+                gpus[int(tokens[1])]["procs"] += f"{kv['pid']}:{kv['used']} "
+        return gpus
+
+    def fake(self) -> FakeState:
+        return FakeState(self.fake_state)
+
+
+class Spawned:
+    """A running probe whose stdout is read by a thread, so tests can wait for single lines."""
+
+    def __init__(self, popen: subprocess.Popen[str]) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        self._err: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=self._pump_err, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.popen.stdout is not None
+        for text in self.popen.stdout:
+            self.lines.put(text)
+        self.lines.put(None)
+
+    def _pump_err(self) -> None:  # drained continuously: a chatty child must never block
+        assert self.popen.stderr is not None
+        for text in self.popen.stderr:
+            self._err.append(text)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self._err)
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+
+    def wait(self, timeout: float = 20) -> int:
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            return self.popen.wait()
+
+
+def read_line(proc: Spawned, cmd: str, timeout: float = 20) -> Line:
+    """Waits for the probe's next `cmd` result line (the probe line-buffers its output)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            text = proc.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            text = None
+        if text is None:
+            raise AssertionError(
+                f"no `{cmd}` line from pid {proc.pid} within {timeout}s "
+                f"(exit {proc.popen.poll()}); got {proc.seen!r}"
+            )
+        proc.seen.append(text)
+        if text.split(" ", 1)[0] == cmd and "rc=" in text:
+            return parse_line(text)
+
+
+class FakeState:
+    """The fake driver's own accounting, read from its state file (layout: native/fake/fake.h)."""
+
+    MAX_DEV, MAX_PROCS = 8, 128
+    MAGIC = 0x4B41464541445543
+
+    def __init__(self, path: Path) -> None:
+        data = path.read_bytes()
+        magic, _version, self.ndev = struct.unpack_from("<QII", data, 0)
+        assert magic == self.MAGIC, f"{path} is not a fake-driver state file"
+        off = 16
+        self.total = struct.unpack_from(f"<{self.MAX_DEV}Q", data, off)
+        self.peak = struct.unpack_from(f"<{self.MAX_DEV}Q", data, off + 8 * self.MAX_DEV)
+        self.oom = struct.unpack_from(f"<{self.MAX_DEV}Q", data, off + 24 * self.MAX_DEV)
+        off += 32 * self.MAX_DEV
+        self.procs: list[tuple[int, tuple[int, ...]]] = []
+        size = 16 + 8 * self.MAX_DEV
+        for i in range(self.MAX_PROCS):
+            pid, _pad, _start = struct.unpack_from("<iIQ", data, off + i * size)
+            used = struct.unpack_from(f"<{self.MAX_DEV}Q", data, off + i * size + 16)
+            if pid:
+                self.procs.append((pid, used))
+
+    def used(self, dev: int = 0, live_only: bool = True) -> int:
+        return sum(u[dev] for pid, u in self.procs if not live_only or _alive(pid))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
