@@ -1,0 +1,178 @@
+"""The cluster as the allocator sees it: node inventories plus committed pod assignments.
+
+Owns: `ClusterState` (add/remove nodes, filter/prioritize/schedule, assign/release, usage).
+Does not: talk to Kubernetes (the extender rebuilds a ClusterState from annotations alone,
+so `assign` accepts any valid assignment, whichever policy chose it).
+Invariants: per-GPU usage == sum of the footprints of the committed pods (usage.py's lifecycle
+rule); no GPU is over-committed in memory, cores or slots; every node's NodeSnapshot is
+rebuilt on each change to it (O(GPUs of that node)), so filter reads summaries only.
+Failure: `assign` raises AllocationError listing every problem and leaves the state as it was.
+Health is not checked on assign (a GPU may turn unhealthy under running pods).
+Tests: tests/unit/allocator/test_state.py, test_fit_properties.py
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from gpuslice.allocator import fit, score
+from gpuslice.allocator.fit import FilterResult, Placement
+from gpuslice.allocator.policies import Policy
+from gpuslice.allocator.usage import (
+    AllocationError,
+    GPUUsage,
+    NodeSnapshot,
+    Use,
+    add_use,
+    footprint,
+    sum_use,
+)
+from gpuslice.model import EXCLUSIVE_CORES, NodeInventory, PodAssignment, PodRequest
+
+
+class ClusterState:
+    """Mutable cluster view; every read goes through immutable per-node snapshots."""
+
+    def __init__(self) -> None:
+        self._inv: dict[str, NodeInventory] = {}
+        self._use: dict[str, list[Use]] = {}
+        self._snap: dict[str, NodeSnapshot] = {}
+        self._pods: dict[str, PodAssignment] = {}
+        self._fp: dict[str, dict[str, Use]] = {}
+        self._node_pods: dict[str, set[str]] = {}
+        self._names: list[str] | None = []
+
+    # -- nodes ---------------------------------------------------------------------------
+    def add_node(self, inv: NodeInventory) -> list[str]:
+        """Add or replace a node. Pods on it whose GPUs all still exist are kept (usage
+        recomputed against the new GPUs, e.g. a health change); the others are dropped and
+        their keys returned, sorted."""
+        uuids = [g.uuid for g in inv.gpus]
+        if len(set(uuids)) != len(uuids):
+            dup = sorted({u for u in uuids if uuids.count(u) > 1})
+            raise AllocationError(f"node {inv.node!r}: GPU UUIDs {dup} listed twice; each GPU "
+                                  "must appear once in the inventory")
+        keep = set(uuids)
+        dropped = sorted(k for k in self._node_pods.get(inv.node, ())
+                         if not keep.issuperset(self._fp[k]))
+        for k in dropped:
+            self._forget(k)
+        if inv.node not in self._inv:
+            self._names = None
+        self._inv[inv.node] = inv
+        pods = self._node_pods.setdefault(inv.node, set())
+        self._use[inv.node] = sum_use(inv.gpus, (self._fp[k] for k in sorted(pods)))
+        self._rebuild(inv.node)
+        return dropped
+
+    def remove_node(self, name: str) -> list[str]:
+        """Forget a node and the pods on it; returns their keys, sorted."""
+        dropped = sorted(self._node_pods.pop(name, ()))
+        for k in dropped:
+            del self._pods[k], self._fp[k]
+        if self._inv.pop(name, None) is not None:
+            self._names = None
+        self._use.pop(name, None)
+        self._snap.pop(name, None)
+        return dropped
+
+    def nodes(self) -> list[str]:
+        if self._names is None:
+            self._names = sorted(self._inv)
+        return list(self._names)
+
+    def snapshot(self, name: str) -> NodeSnapshot:
+        """The node's current immutable snapshot (KeyError if unknown)."""
+        return self._snap[name]
+
+    def _rebuild(self, name: str) -> None:
+        self._snap[name] = NodeSnapshot(self._inv[name], self._use[name])
+
+    # -- placement -----------------------------------------------------------------------
+    def filter(self, pod: PodRequest, policy: Policy,
+               nodes: Iterable[str] | None = None) -> FilterResult:
+        names = self.nodes() if nodes is None else nodes
+        return fit.filter_nodes(self._snap, names, pod, policy)
+
+    def prioritize(self, pod: PodRequest, policy: Policy,
+                   fits: dict[str, Placement]) -> dict[str, int]:
+        node = policy.with_overrides(pod.node_policy, pod.gpu_policy).node
+        return score.prioritize(node, fits)
+
+    def schedule(self, pod: PodRequest, policy: Policy) -> Placement | None:
+        fr = self.filter(pod, policy)
+        node = policy.with_overrides(pod.node_policy, pod.gpu_policy).node
+        return score.best(node, fr.fits)
+
+    # -- commitments ---------------------------------------------------------------------
+    def assign(self, pod_key: str, assignment: PodAssignment) -> None:
+        """Commit an assignment (replacing any earlier one for `pod_key`), all or nothing."""
+        name = assignment.node
+        inv = self._inv.get(name)
+        if inv is None:
+            raise AllocationError(f"pod {pod_key}: node {name!r} is not in the GPU inventory; "
+                                  "add the node before assigning pods to it")
+        gpus = {g.uuid: g for g in inv.gpus}
+        fp = footprint(pod_key, assignment, gpus)
+        old = self._fp.get(pod_key) if pod_key in self._node_pods.get(name, ()) else None
+        snap = self._snap[name]
+        problems = []
+        for u, f in fp.items():
+            p = snap.pos[u]
+            g = inv.gpus[p]
+            o = Use(snap.mem[p], snap.cores[p], snap.slots[p], int(snap.excl[p]))
+            if old is not None and u in old:
+                o = add_use(o, old[u], -1)
+            at = f"pod {pod_key} GPU {u} on {name}"
+            if o.excl:
+                problems.append(f"{at}: held exclusively by another pod")
+            elif f.excl and o.slots:
+                problems.append(f"{at}: an exclusive slice needs an idle GPU but {o.slots} "
+                                "slice(s) of other pods are there")
+            if o.mem + f.mem > g.memory_mib:
+                problems.append(f"{at}: memory {o.mem} + {f.mem} MiB > {g.memory_mib} MiB")
+            if o.cores + f.cores > EXCLUSIVE_CORES:
+                problems.append(f"{at}: cores {o.cores} + {f.cores}% > {EXCLUSIVE_CORES}%")
+            if o.slots + f.slots > g.split_count:
+                problems.append(f"{at}: slots {o.slots} + {f.slots} > split count "
+                                f"{g.split_count}")
+        if problems:
+            raise AllocationError("; ".join(problems))
+        if pod_key in self._pods:
+            self._forget(pod_key)
+        self._pods[pod_key] = assignment
+        self._fp[pod_key] = fp
+        self._node_pods[name].add(pod_key)
+        self._apply(name, fp, 1)
+
+    def release(self, pod_key: str) -> bool:
+        if pod_key not in self._pods:
+            return False
+        self._forget(pod_key)
+        return True
+
+    def _forget(self, pod_key: str) -> None:
+        name = self._pods.pop(pod_key).node
+        fp = self._fp.pop(pod_key)
+        self._node_pods[name].discard(pod_key)
+        if name in self._inv:
+            self._apply(name, fp, -1)
+
+    def _apply(self, name: str, fp: dict[str, Use], sign: int) -> None:
+        use = self._use[name]
+        pos = self._snap[name].pos
+        for u, f in fp.items():
+            p = pos[u]
+            use[p] = add_use(use[p], f, sign)
+        self._rebuild(name)
+
+    # -- reads ---------------------------------------------------------------------------
+    def gpu_usage(self) -> Iterator[GPUUsage]:
+        """Every GPU of every node (sorted by node, then inventory order) with its usage."""
+        for name in self.nodes():
+            for g, u in zip(self._inv[name].gpus, self._use[name], strict=True):
+                yield GPUUsage(node=name, gpu=g, memory_used_mib=u.mem, cores_used=u.cores,
+                               slices=u.slots, exclusive=u.excl > 0)
+
+    def pods(self) -> dict[str, PodAssignment]:
+        return {k: self._pods[k] for k in sorted(self._pods)}
