@@ -1,26 +1,51 @@
 /* Compute-budget state kept in the shared region (one block per device, one per process slot).
  * Owned by native/src/compute/; region.h embeds these blocks at fixed sizes so the
  * region layout does not move when the compute fields change. Fixed-width fields only,
- * updated with C11 atomics; a process killed mid-update must leave them usable. */
+ * updated with C11 atomics; a process killed mid-update must leave them usable: the
+ * budget is ONE word (tat_ns, a GCRA "theoretical arrival time") changed by CAS, so there
+ * is no lock and nothing a dead process can hold. All other fields are statistics.
+ * A zero-filled block is a valid initial state (full bucket). Docs: docs/compute.md. */
 #ifndef GPUSLICE_COMPUTE_SHARED_H
 #define GPUSLICE_COMPUTE_SHARED_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define GS_COMPUTE_DEVICE_BYTES 256
 #define GS_COMPUTE_PROC_BYTES 64
 
-/* Per device: the container's GPU-time budget (filled in by native/src/compute/). */
+/* Per device: the container's GPU-time budget, shared by all its processes.
+ * Times are CLOCK_MONOTONIC nanoseconds (host-wide), GPU time in nanoseconds. */
 struct gs_compute_device {
-    uint8_t reserved[GS_COMPUTE_DEVICE_BYTES];
+    _Atomic uint64_t tat_ns;          /* 0: budget: time at which the bucket is empty again */
+    _Atomic uint32_t limit_pct;       /* 8: limit the bucket runs at (informational) */
+    _Atomic uint32_t borrowing;       /* 12: 1 while work-conserving mode uses idle GPU time */
+    _Atomic uint64_t busy_ns;         /* 16: measured GPU busy time, all processes */
+    _Atomic uint64_t throttle_ns;     /* 24: time launches were held back, all processes */
+    _Atomic uint64_t launches;        /* 32: launches seen with a limit set */
+    _Atomic uint64_t throttled;       /* 40: launches that had to wait */
+    _Atomic uint64_t borrowed_ns;     /* 48: GPU time used while borrowing (work-conserving) */
+    _Atomic uint64_t tenant_id;       /* 56: random id naming this container on the node board */
+    _Atomic uint64_t last_demand_ns;  /* 64: last launch or throttle of any process */
+    uint8_t reserved[GS_COMPUTE_DEVICE_BYTES - 72];
 };
 
-/* Per process slot: what this process consumed/waited (for metrics and reclaim). */
+/* Per process slot: what this process consumed and waited (metrics; nothing to reclaim). */
 struct gs_compute_proc {
-    uint8_t reserved[GS_COMPUTE_PROC_BYTES];
+    _Atomic uint64_t busy_ns;         /* 0: measured GPU busy time of this process */
+    _Atomic uint64_t throttle_ns;     /* 8: time this process's launches were held back */
+    _Atomic uint64_t launches;        /* 16 */
+    _Atomic uint64_t throttled;       /* 24 */
+    _Atomic int64_t inflight_ns;      /* 32: estimated GPU work launched but not yet measured */
+    _Atomic uint64_t last_launch_ns;  /* 40 */
+    uint8_t reserved[GS_COMPUTE_PROC_BYTES - 48];
 };
 
 _Static_assert(sizeof(struct gs_compute_device) == GS_COMPUTE_DEVICE_BYTES, "region layout");
 _Static_assert(sizeof(struct gs_compute_proc) == GS_COMPUTE_PROC_BYTES, "region layout");
+_Static_assert(offsetof(struct gs_compute_device, busy_ns) == 16, "region layout");
+_Static_assert(offsetof(struct gs_compute_device, last_demand_ns) == 64, "region layout");
+_Static_assert(offsetof(struct gs_compute_proc, inflight_ns) == 32, "region layout");
+_Static_assert(offsetof(struct gs_compute_proc, last_launch_ns) == 40, "region layout");
 
 #endif

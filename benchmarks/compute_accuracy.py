@@ -1,0 +1,447 @@
+"""Compute-share accuracy of libgpuslice: achieved throughput / unlimited throughput per limit.
+Owns: the --simulate benchmark (the library's own controller C + a fake GPU timeline, see
+compute_accuracy/simgpu.c) and the real-GPU benchmark (PyTorch workers under LD_PRELOAD, and
+the same workloads under MPS for comparison). One JSON object per case with --json.
+Does not: build the library for the GPU run (run `make -C native` first) or assert targets
+(it reports; tests/native/compute/ and docs/compute.md judge).
+Failure: a worker that fails is reported as {"error": ...} for its cases; MPS is always stopped.
+Usage: python benchmarks/compute_accuracy.py --simulate [--json]
+       PYTHONPATH=src python3 benchmarks/compute_accuracy.py --json --out DIR   (on a GPU)"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+LIMITS = (10, 30, 50, 70)
+PHASES = ("matmul", "small", "graph", "infer")
+WARM_S, MEASURE_S, GAP_S = 0.4, 1.2, 0.1
+
+
+def _sim():
+    spec = importlib.util.spec_from_file_location(
+        "gs_compute_sim", HERE / "compute_accuracy" / "sim.py"
+    )
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gs_compute_sim"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ---------------------------------------------------------------- simulation
+
+
+def sim_workloads(sim) -> dict[str, dict]:
+    ms, us = sim.MS, sim.US
+    return {
+        "matmul": dict(kernel_ns=(2 * ms, 5 * ms), sync_every=20),
+        "small": dict(kernel_ns=(10 * us, 50 * us), sync_every=1000),
+        "graph": dict(kernel_ns=(10 * us, 30 * us), kernels_per_launch=50, sync_every=10),
+    }
+
+
+def window_error(bins: list[int], bin_ns: int, limit: int, base_rate: float) -> float:
+    """Largest |share - limit| (points) over 1 s sliding windows of 100 ms bins."""
+    per = max(1, 1_000_000_000 // bin_ns)
+    worst = 0.0
+    for i in range(len(bins) - per + 1):
+        share = sum(bins[i : i + per]) / (per * bin_ns) / base_rate
+        worst = max(worst, abs(share * 100 - limit))
+    return round(worst, 2)
+
+
+def simulate() -> list[dict]:
+    sim = _sim()
+    cases: list[dict] = []
+    for name, kw in sim_workloads(sim).items():
+        base_case = sim.Case(procs=[sim.Proc(**kw)])
+        base = sim.run(base_case)[0]["work_ns"]
+        rate = base / (base_case.duration_ns - base_case.warmup_ns)
+        for limit in LIMITS:
+            case = sim.Case(procs=[sim.Proc(limit=limit, **kw)])
+            r = sim.run(case)[0]
+            cases.append(
+                {
+                    "mode": "simulate",
+                    "scenario": "solo",
+                    "workload": name,
+                    "limit": limit,
+                    "achieved": round(r["work_ns"] / base, 4),
+                    "window_err_pts": window_error(r["bins"], case.bin_ns, limit, rate),
+                    "launches_per_event_pair": round(r["launches"] / max(1, r["batches"]), 1),
+                }
+            )
+        for ts_ms in (2, 8):  # two containers 30/70, GPU time-sliced between them
+            case = sim.Case(
+                timeslice_ns=ts_ms * sim.MS,
+                procs=[sim.Proc(limit=30, tenant=0, **kw), sim.Proc(limit=70, tenant=1, **kw)],
+            )
+            rs = sim.run(case)
+            for lim, r in zip((30, 70), rs, strict=True):
+                cases.append(
+                    {
+                        "mode": "simulate",
+                        "scenario": f"pair-30/70-timeslice-{ts_ms}ms",
+                        "workload": name,
+                        "limit": lim,
+                        "achieved": round(r["work_ns"] / base, 4),
+                    }
+                )
+        case = sim.Case(procs=[sim.Proc(limit=50, tenant=0, **kw) for _ in range(2)])
+        rs = sim.run(case)
+        cases.append(
+            {
+                "mode": "simulate",
+                "scenario": "same-container-2-procs",
+                "workload": name,
+                "limit": 50,
+                "achieved": round(sum(r["work_ns"] for r in rs) / base, 4),
+            }
+        )
+    return cases
+
+
+# ---------------------------------------------------------------- GPU worker
+
+
+def _worker(args: argparse.Namespace) -> None:
+    """Runs inside one process (maybe under LD_PRELOAD): every phase on a fixed wall schedule."""
+    import torch
+
+    dev = torch.device("cuda")
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    c = torch.empty(8192, 8192, device=dev, dtype=torch.bfloat16)
+    x = torch.zeros(8 * 1024 * 1024, device=dev)
+    g_x = torch.zeros(4 * 1024 * 1024, device=dev)
+    layers = [torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16) for _ in range(4)]
+    inp = torch.randn(512, 4096, device=dev, dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            g_x.add_(1.0)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(20):
+            g_x.add_(1.0)
+    torch.cuda.synchronize()
+
+    def matmul() -> None:
+        torch.mm(a, b, out=c)
+
+    def small() -> None:
+        x.add_(1.0)
+
+    def replay() -> None:
+        graph.replay()
+
+    def infer() -> None:
+        h = inp
+        for w in layers:
+            h = torch.relu(h @ w)
+
+    region = (
+        os.environ.get("CUDA_DEVICE_MEMORY_SHARED_CACHE", "")
+        if os.environ.get("LD_PRELOAD")
+        else ""
+    )
+
+    def busy_ns() -> int:  # device 0's measured GPU busy time (struct gs_compute_device.busy_ns)
+        if not region:
+            return 0
+        with open(region, "rb") as f:
+            f.seek(4096 + 256 + 16)
+            return int.from_bytes(f.read(8), "little")
+
+    fns = {"matmul": (matmul, 8), "small": (small, 200), "graph": (replay, 10), "infer": (infer, 1)}
+    out: dict[str, dict] = {}
+    barrier = Path(args.barrier)  # all workers of a slot start their schedule together
+    (barrier / f"ready-{os.getpid()}").touch()
+    deadline = time.time() + 60
+    while len(list(barrier.glob("ready-*"))) < args.n and time.time() < deadline:
+        time.sleep(0.01)
+    start = max(p.stat().st_mtime for p in barrier.glob("ready-*")) + 0.2
+    for i, phase in enumerate(args.phases.split(",")):
+        fn, chunk = fns[phase]
+        t_phase = start + i * (WARM_S + MEASURE_S + GAP_S)
+        while time.time() < t_phase:
+            time.sleep(0.002)
+        while time.time() < t_phase + WARM_S:
+            for _ in range(chunk):
+                fn()
+            torch.cuda.synchronize()
+        t0, busy0 = time.perf_counter(), busy_ns()
+        iters, steps, marks = 0, [], []
+        while True:
+            s0 = time.perf_counter()
+            for _ in range(chunk):
+                fn()
+            torch.cuda.synchronize()
+            s1 = time.perf_counter()
+            iters += chunk
+            steps.append(s1 - s0)
+            marks.append((s1 - t0, iters))
+            if s1 - t0 >= MEASURE_S:
+                break
+        elapsed = marks[-1][0]
+        bins = [0] * 15  # iterations per 100 ms
+        prev = 0
+        for t, n in marks:
+            bins[min(14, int(t / 0.1))] += n - prev
+            prev = n
+        steps.sort()
+        out[phase] = {
+            "rate": iters / elapsed,
+            "iters": iters,
+            "bins": bins,
+            "gpu_time_share": (busy_ns() - busy0) / 1e9 / elapsed,
+            "p50_ms": steps[len(steps) // 2] * 1e3,
+            "p99_ms": steps[(len(steps) * 99) // 100] * 1e3,
+        }
+    Path(args.result).write_text(json.dumps(out))
+
+
+# ---------------------------------------------------------------- GPU driver
+
+
+def _spawn(env_extra: dict[str, str], phases: str, barrier: Path, n: int, result: Path, log: Path):
+    env = dict(os.environ)
+    env.update(env_extra)
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        "--phases",
+        phases,
+        "--barrier",
+        str(barrier),
+        "--n",
+        str(n),
+        "--result",
+        str(result),
+    ]
+    return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def _run_slot(workers: list[dict[str, str]], phases: str, outdir: Path, tag: str) -> list[dict]:
+    """Start the workers together; each gets `env`; returns their result dicts (or errors)."""
+    barrier = Path(tempfile.mkdtemp(prefix=f"gs-barrier-{tag}-"))
+    procs = []
+    for i, env in enumerate(workers):
+        res, log = outdir / f"{tag}-{i}.json", outdir / f"{tag}-{i}.log"
+        procs.append((_spawn(env, phases, barrier, len(workers), res, log), res, log))
+    results = []
+    for p, res, log in procs:
+        try:
+            rc = p.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = -9
+        if rc == 0 and res.exists():
+            results.append(json.loads(res.read_text()))
+        else:
+            results.append({"error": f"worker rc={rc}: " + log.read_text()[-800:]})
+    return results
+
+
+def _lib_env(limit: int, region: Path, board: Path, lib: Path) -> dict[str, str]:
+    return {
+        "LD_PRELOAD": str(lib),
+        "CUDA_DEVICE_SM_LIMIT": str(limit),
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(region),
+        "GPUSLICE_BOARD_DIR": str(board),
+        "LIBCUDA_LOG_LEVEL": os.environ.get("LIBCUDA_LOG_LEVEL", "2"),
+    }
+
+
+def _cases(
+    backend: str, scenario: str, limits: list[int], results: list[dict], base: dict, phases: str
+) -> list[dict]:
+    cases = []
+    for limit, res in zip(limits, results, strict=True):
+        for phase in phases.split(","):
+            case = {
+                "mode": "gpu",
+                "backend": backend,
+                "scenario": scenario,
+                "workload": phase,
+                "limit": limit,
+            }
+            if "error" in res or "error" in base:
+                case["error"] = res.get("error") or base.get("error")
+            else:
+                r, b = res[phase], base[phase]
+                case["achieved"] = round(r["rate"] / b["rate"], 4)
+                if r.get("gpu_time_share"):
+                    case["measured_gpu_share"] = round(r["gpu_time_share"], 4)
+                per_bin = [n / (b["rate"] * 0.1) for n in r["bins"][:-1]]
+                case["bin_share_min_max"] = [round(min(per_bin), 3), round(max(per_bin), 3)]
+                case["p50_ms"], case["p99_ms"] = round(r["p50_ms"], 3), round(r["p99_ms"], 3)
+            cases.append(case)
+    return cases
+
+
+def gpu(outdir: Path, mps: bool) -> list[dict]:
+    lib = ROOT / "native" / "build" / "libgpuslice.so"
+    if not lib.exists():
+        raise SystemExit(f"gpuslice: error: {lib} not built; run `make -C native` first")
+    tmp = Path(tempfile.mkdtemp(prefix="gs-compute-"))
+    board = tmp / "board"
+    board.mkdir()
+    all_phases = ",".join(PHASES)
+    cases: list[dict] = []
+    base = _run_slot([{}], all_phases, outdir, "base")[0]
+    cases += _cases("none", "unlimited", [100], [base], base, all_phases)
+    for limit in LIMITS:
+        res = _run_slot(
+            [_lib_env(limit, tmp / f"solo{limit}.region", board, lib)],
+            all_phases,
+            outdir,
+            f"gs{limit}",
+        )
+        cases += _cases("gpuslice", "solo", [limit], res, base, all_phases)
+    pair = _run_slot(
+        [_lib_env(30, tmp / "a.region", board, lib), _lib_env(70, tmp / "b.region", board, lib)],
+        "matmul,small",
+        outdir,
+        "gspair",
+    )
+    cases += _cases("gpuslice", "pair-30/70", [30, 70], pair, base, "matmul,small")
+    same = _run_slot(
+        [_lib_env(50, tmp / "same.region", board, lib)] * 2, "matmul,small", outdir, "gssame"
+    )
+    for phase in ("matmul", "small"):
+        ok = all("error" not in r for r in same) and "error" not in base
+        cases.append(
+            {
+                "mode": "gpu",
+                "backend": "gpuslice",
+                "scenario": "same-container-2-procs",
+                "workload": phase,
+                "limit": 50,
+                **(
+                    {
+                        "achieved": round(
+                            sum(r[phase]["rate"] for r in same) / base[phase]["rate"], 4
+                        )
+                    }
+                    if ok
+                    else {"error": "worker failed; see logs"}
+                ),
+            }
+        )
+    if mps:
+        cases += _gpu_mps(outdir, tmp, base, all_phases)
+    return cases
+
+
+def _gpu_mps(outdir: Path, tmp: Path, base: dict, all_phases: str) -> list[dict]:
+    pipe, logd = tmp / "mps-pipe", tmp / "mps-log"
+    pipe.mkdir()
+    logd.mkdir()
+    menv = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(pipe), CUDA_MPS_LOG_DIRECTORY=str(logd))
+    cases: list[dict] = []
+    started = (
+        subprocess.run(["nvidia-cuda-mps-control", "-d"], env=menv, check=False).returncode == 0
+    )
+    try:
+        if not started:
+            return [{"mode": "gpu", "backend": "mps", "error": "nvidia-cuda-mps-control -d failed"}]
+        client = {"CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(logd)}
+        mbase = _run_slot(
+            [{**client, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100"}], all_phases, outdir, "mps100"
+        )[0]
+        cases += _cases("mps", "unlimited-under-mps", [100], [mbase], base, all_phases)
+        for limit in LIMITS:
+            res = _run_slot(
+                [{**client, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(limit)}],
+                all_phases,
+                outdir,
+                f"mps{limit}",
+            )
+            cases += _cases("mps", "solo", [limit], res, base, all_phases)
+        pair = _run_slot(
+            [
+                {**client, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30"},
+                {**client, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "70"},
+            ],
+            "matmul,small",
+            outdir,
+            "mpspair",
+        )
+        cases += _cases("mps", "pair-30/70", [30, 70], pair, base, "matmul,small")
+    finally:
+        subprocess.run(["nvidia-cuda-mps-control"], input=b"quit\n", env=menv, check=False)
+    return cases
+
+
+# ---------------------------------------------------------------- output
+
+
+def print_table(cases: list[dict]) -> None:
+    cols = (
+        "mode",
+        "backend",
+        "scenario",
+        "workload",
+        "limit",
+        "achieved",
+        "measured_gpu_share",
+        "window_err_pts",
+        "bin_share_min_max",
+        "p50_ms",
+        "p99_ms",
+        "error",
+    )
+    present = [c for c in cols if any(c in case for case in cases)]
+    rows = [[str(case.get(c, ""))[:60] for c in present] for case in cases]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(present)]
+    print("  ".join(c.ljust(w) for c, w in zip(present, widths, strict=True)))
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--simulate", action="store_true", help="fake GPU timeline, no GPU needed")
+    ap.add_argument("--json", action="store_true", help="one JSON object per case")
+    ap.add_argument("--out", type=Path, default=None, help="GPU run: directory for logs/results")
+    ap.add_argument("--no-mps", action="store_true", help="GPU run: skip the MPS comparison")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--phases", default=",".join(PHASES), help=argparse.SUPPRESS)
+    ap.add_argument("--barrier", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--result", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        _worker(args)
+        return 0
+    if args.simulate:
+        cases = simulate()
+    else:
+        outdir = args.out or Path(tempfile.mkdtemp(prefix="gs-compute-out-"))
+        outdir.mkdir(parents=True, exist_ok=True)
+        cases = gpu(outdir, mps=not args.no_mps)
+        (outdir / "cases.json").write_text("\n".join(json.dumps(c) for c in cases) + "\n")
+    if args.json:
+        for case in cases:
+            print(json.dumps(case))
+    else:
+        print_table(cases)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

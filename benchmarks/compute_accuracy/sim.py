@@ -1,0 +1,250 @@
+"""ctypes bridge to the compute controller simulator (simgpu.c + the library's own compute C).
+Owns: building native/build/compute_sim/libgs_computesim.so from native/src/compute/{budget,
+meter,board}.c + simgpu.c with the system C compiler, the ctypes mirror of gs_sim_cfg /
+gs_sim_result (sizes checked against the C side), and `run(...)` returning plain dicts.
+Does not: judge results (benchmarks/compute_accuracy.py and tests/native/compute/ do).
+Failure: a missing compiler or a build error raises SimBuildError with the compiler output.
+Used by: benchmarks/compute_accuracy.py --simulate, tests/native/compute/test_controller.py."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPUTE_SRC = ROOT / "native" / "src" / "compute"
+SOURCES = [COMPUTE_SRC / n for n in ("budget.c", "meter.c", "board.c")] + [
+    Path(__file__).with_name("simgpu.c")
+]
+BUILD_DIR = ROOT / "native" / "build" / "compute_sim"
+MS = 1_000_000
+US = 1_000
+PROCS = 8
+BINS = 256
+
+
+class SimBuildError(RuntimeError):
+    """The simulator library could not be built."""
+
+
+class ProcCfg(ctypes.Structure):
+    _fields_ = [
+        (n, ctypes.c_int64)
+        for n in (
+            "limit_pct",
+            "tenant",
+            "kernel_min_ns",
+            "kernel_max_ns",
+            "kernels_per_launch",
+            "streams",
+            "cpu_ns",
+            "sync_every",
+            "step_cpu_ns",
+            "start_ns",
+            "stop_ns",
+            "priority",
+            "work_conserving",
+        )
+    ]
+
+
+class SimCfg(ctypes.Structure):
+    _fields_ = [
+        *[
+            (n, ctypes.c_int64)
+            for n in (
+                "n_procs",
+                "duration_ns",
+                "warmup_ns",
+                "bin_ns",
+                "timeslice_ns",
+                "seed",
+                "launch_ns",
+                "event_ns",
+                "sleep_slack_ns",
+                "min_sleep_ns",
+                "max_sleep_ns",
+                "use_board",
+            )
+        ],
+        ("proc", ProcCfg * PROCS),
+    ]
+
+
+class SimResult(ctypes.Structure):
+    _fields_ = [
+        *[
+            (n, ctypes.c_int64)
+            for n in (
+                "work_ns",
+                "launches",
+                "throttled",
+                "throttle_ns",
+                "measured_ns",
+                "dropped",
+                "steps",
+                "step_p50_ns",
+                "step_p99_ns",
+                "max_queue_ns",
+                "batches",
+                "max_wait_ns",
+            )
+        ],
+        ("bins", ctypes.c_int64 * BINS),
+    ]
+
+
+class Span(ctypes.Structure):
+    _fields_ = [("s", ctypes.c_int64), ("e", ctypes.c_int64)]
+
+
+@dataclass
+class Proc:
+    """One simulated process (a container's process when tenants differ)."""
+
+    limit: int = 0
+    tenant: int = 0
+    kernel_ns: tuple[int, int] = (2 * MS, 5 * MS)
+    kernels_per_launch: int = 1
+    streams: int = 1
+    cpu_ns: int = 0
+    sync_every: int = 0
+    step_cpu_ns: int = 0
+    start_ns: int = 0
+    stop_ns: int = 0
+    priority: int = 0
+    work_conserving: bool = False
+
+
+@dataclass
+class Case:
+    """A simulation: processes on one fake GPU, virtual time."""
+
+    procs: list[Proc] = field(default_factory=list)
+    duration_ns: int = 4000 * MS
+    warmup_ns: int = 1000 * MS
+    bin_ns: int = 100 * MS
+    timeslice_ns: int = 2 * MS
+    seed: int = 1
+    launch_ns: int = 3 * US
+    event_ns: int = 1 * US
+    sleep_slack_ns: int = 60 * US
+    min_sleep_ns: int = 200 * US
+    max_sleep_ns: int = 10 * MS
+    use_board: bool = True
+
+
+def _compiler() -> str:
+    for cc in (os.environ.get("CC", ""), "cc", "gcc", "clang"):
+        if cc and shutil.which(cc):
+            return cc
+    raise SimBuildError("no C compiler found (set CC=...); the simulator is built from C sources")
+
+
+def build() -> Path:
+    """Build (if any source is newer) and return the simulator shared object."""
+    out = BUILD_DIR / "libgs_computesim.so"
+    headers = [*list(COMPUTE_SRC.glob("*.h")), ROOT / "native/include/gpuslice/compute_shared.h"]
+    newest = max(p.stat().st_mtime for p in SOURCES + headers)
+    if out.exists() and out.stat().st_mtime >= newest:
+        return out
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [
+        _compiler(),
+        "-std=c11",
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-shared",
+        "-fPIC",
+        f"-I{COMPUTE_SRC}",
+        f"-I{ROOT / 'native' / 'include'}",
+        "-o",
+        str(tmp),
+        *map(str, SOURCES),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SimBuildError(
+            f"building the compute simulator failed:\n{' '.join(cmd)}\n{proc.stderr}"
+        )
+    tmp.replace(out)
+    return out
+
+
+_LIB: ctypes.CDLL | None = None
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded simulator library (built on first use); struct sizes checked once."""
+    global _LIB
+    if _LIB is None:
+        handle = ctypes.CDLL(str(build()))
+        handle.gs_sim_run.argtypes = [ctypes.POINTER(SimCfg), ctypes.POINTER(SimResult)]
+        handle.gs_sim_sizes.restype = ctypes.c_int64
+        handle.gs_sim_spans_add.restype = ctypes.c_int64
+        handle.gs_sim_spans_add.argtypes = [
+            ctypes.POINTER(Span),
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_int64,
+            ctypes.c_int64,
+        ]
+        for which, struct in ((0, SimCfg), (1, SimResult)):
+            if handle.gs_sim_sizes(which) != ctypes.sizeof(struct):
+                raise SimBuildError(f"{struct.__name__}: ctypes mirror does not match simgpu.c")
+        _LIB = handle
+    return _LIB
+
+
+def run(case: Case) -> list[dict]:
+    """Run one case; one dict per process (work_ns, bins, step latencies, throttle stats)."""
+    if not 1 <= len(case.procs) <= PROCS:
+        raise ValueError(f"procs: {len(case.procs)} given; the simulator takes 1..{PROCS}")
+    cfg = SimCfg()
+    for name in (
+        "duration_ns",
+        "warmup_ns",
+        "bin_ns",
+        "timeslice_ns",
+        "seed",
+        "launch_ns",
+        "event_ns",
+        "sleep_slack_ns",
+        "min_sleep_ns",
+        "max_sleep_ns",
+    ):
+        setattr(cfg, name, getattr(case, name))
+    cfg.n_procs = len(case.procs)
+    cfg.use_board = int(case.use_board)
+    for i, p in enumerate(case.procs):
+        c = cfg.proc[i]
+        c.limit_pct, c.tenant = p.limit, p.tenant
+        c.kernel_min_ns, c.kernel_max_ns = p.kernel_ns
+        c.kernels_per_launch, c.streams, c.cpu_ns = p.kernels_per_launch, p.streams, p.cpu_ns
+        c.sync_every, c.step_cpu_ns = p.sync_every, p.step_cpu_ns
+        c.start_ns, c.stop_ns = p.start_ns, p.stop_ns
+        c.priority, c.work_conserving = p.priority, int(p.work_conserving)
+    results = (SimResult * PROCS)()
+    if lib().gs_sim_run(ctypes.byref(cfg), results) != 0:
+        raise ValueError("gs_sim_run rejected the case (n_procs or bin_ns out of range)")
+    n_bins = min(BINS, (case.duration_ns - case.warmup_ns) // case.bin_ns)
+    out = []
+    for r in results[: len(case.procs)]:
+        d = {f: getattr(r, f) for f, _ in SimResult._fields_ if f != "bins"}
+        d["bins"] = list(r.bins[:n_bins])
+        out.append(d)
+    return out
+
+
+def spans_add(spans: list[tuple[int, int]], s: int, e: int) -> tuple[int, list[tuple[int, int]]]:
+    """The library's span union: add [s, e) to disjoint sorted spans; (newly covered, spans)."""
+    arr = (Span * 32)(*[Span(a, b) for a, b in spans])
+    n = ctypes.c_int(len(spans))
+    added = lib().gs_sim_spans_add(arr, ctypes.byref(n), s, e)
+    return added, [(arr[i].s, arr[i].e) for i in range(n.value)]

@@ -1,0 +1,484 @@
+/* Fake GPU timeline + simulated processes driving the REAL compute controller
+ * (native/src/compute/{budget,meter,board}.c, compiled in unchanged) on a virtual clock.
+ * Owns: the GPU model (contexts time-sliced like a GPU without MPS; streams of one context
+ * run concurrently, sharing the GPU equally; events complete when the stream reaches them),
+ * workload generators (kernels of a duration range, graph launches of k kernels, syncs,
+ * CPU work), process start/kill, and the per-process results (work done, 100 ms bins,
+ * step latencies). Does not: decide anything the library decides; it only calls
+ * gs_meter_admit/before/after like launch.c does, and sleeps for what admit says.
+ * Loaded with ctypes by benchmarks/compute_accuracy/sim.py (benchmark and tests). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "board.h"
+#include "budget.h"
+#include "meter.h"
+
+#define SIM_PROCS 8
+#define SIM_STREAMS 4
+#define SIM_QCAP 1024
+#define SIM_EVENTS 256
+#define SIM_BINS 256
+#define SIM_STEPS 8192
+#define SIM_INF INT64_MAX
+
+struct gs_sim_proc_cfg {
+    int64_t limit_pct;          /* 0 = no limit: the controller is not called */
+    int64_t tenant;             /* container index: processes of one tenant share a budget */
+    int64_t kernel_min_ns, kernel_max_ns;
+    int64_t kernels_per_launch; /* > 1: a graph launch of that many kernels */
+    int64_t streams;            /* launches go round-robin over this many streams (1..4) */
+    int64_t cpu_ns;             /* CPU time between launches (besides the launch cost) */
+    int64_t sync_every;         /* launches per step; a step ends with a full sync (0 = never) */
+    int64_t step_cpu_ns;        /* CPU time after each sync before the next step */
+    int64_t start_ns, stop_ns;  /* lifetime; stop_ns > 0: SIGKILLed then (work dropped) */
+    int64_t priority, work_conserving;
+};
+
+struct gs_sim_cfg {
+    int64_t n_procs, duration_ns, warmup_ns, bin_ns, timeslice_ns, seed;
+    int64_t launch_ns;    /* CPU cost of one launch */
+    int64_t event_ns;     /* extra CPU cost of the controller per launch (event record) */
+    int64_t sleep_slack_ns, min_sleep_ns, max_sleep_ns;
+    int64_t use_board;
+    struct gs_sim_proc_cfg proc[SIM_PROCS];
+};
+
+struct gs_sim_result {
+    int64_t work_ns;            /* GPU work completed within [warmup, duration) */
+    int64_t launches, throttled, throttle_ns, measured_ns, dropped;
+    int64_t steps, step_p50_ns, step_p99_ns;
+    int64_t max_queue_ns;       /* most unfinished launched work seen */
+    int64_t batches;            /* event pairs measured */
+    int64_t max_wait_ns;        /* longest hold-back of one launch */
+    int64_t bins[SIM_BINS];     /* work completed per bin_ns after warmup */
+};
+
+struct sim_event {
+    uint32_t gen;
+    int done, used;
+    int64_t ts;
+};
+
+struct sim_item {
+    int64_t work, full;  /* remaining / total ns of service; 0 full = an event marker */
+    struct sim_event *ev;
+    uint32_t gen;
+};
+
+struct sim_stream {
+    struct sim_item q[SIM_QCAP];
+    int head, len;
+};
+
+struct sim_proc {
+    struct gs_sim_proc_cfg c;
+    struct sim_stream st[SIM_STREAMS];
+    struct sim_event ev[SIM_EVENTS];
+    struct gs_meter meter;
+    struct gs_compute_proc block;
+    struct gs_board_client board;
+    int alive, started, in_sync, blocked, next_stream;
+    int64_t next, wait_acc, step_start, queued_ns;
+    uint64_t rng;
+    int64_t launches;
+    int n_steps;
+    int64_t steps[SIM_STEPS];
+};
+
+struct sim {
+    struct gs_sim_cfg c;
+    struct gs_sim_result *out;
+    struct sim_proc p[SIM_PROCS];
+    struct gs_compute_device dev[SIM_PROCS];
+    struct gs_board board;
+    int64_t now;
+    int any_blocked, popped; /* a blocked process wakes on GPU progress: stop advancing then */
+    int active;
+    int64_t slice_start;
+};
+
+/* ---- event ops: the fake timeline behind gs_meter_ops ---- */
+
+static struct sim_item *sim_push(struct sim_stream *s)
+{
+    struct sim_item *it = &s->q[(s->head + s->len) % SIM_QCAP];
+    s->len++;
+    return it;
+}
+
+static void *sim_ev_record(void *ctx, uintptr_t stream, void *evp)
+{
+    struct sim_proc *p = ctx;
+    struct sim_stream *s = &p->st[stream];
+    struct sim_event *ev = evp;
+    if (s->len >= SIM_QCAP)
+        return NULL;
+    if (!ev) {
+        for (int i = 0; i < SIM_EVENTS && !ev; i++)
+            if (!p->ev[i].used)
+                ev = &p->ev[i];
+        if (!ev)
+            return NULL;
+        ev->used = 1;
+    }
+    ev->gen++;
+    ev->done = 0;
+    *sim_push(s) = (struct sim_item){.work = 0, .full = 0, .ev = ev, .gen = ev->gen};
+    return ev;
+}
+
+static int sim_ev_done(void *ctx, void *evp)
+{
+    (void)ctx;
+    return ((struct sim_event *)evp)->done;
+}
+
+static int sim_ev_time(void *ctx, void *evp, int64_t *t)
+{
+    (void)ctx;
+    struct sim_event *ev = evp;
+    if (!ev->done)
+        return -1;
+    *t = ev->ts;
+    return 0;
+}
+
+static void sim_ev_release(void *ctx, void *evp)
+{
+    (void)ctx;
+    struct sim_event *ev = evp;
+    ev->used = 0;
+    ev->gen++;
+}
+
+static const struct gs_meter_ops sim_ops = {sim_ev_record, sim_ev_done, sim_ev_time, sim_ev_release};
+
+/* ---- GPU model ---- */
+
+static int sim_has_work(struct sim_proc *p)
+{
+    for (int i = 0; i < SIM_STREAMS; i++)
+        if (p->st[i].len)
+            return 1;
+    return 0;
+}
+
+static void sim_pop(struct sim *S, struct sim_proc *p, struct sim_stream *s)
+{
+    struct sim_item *it = &s->q[s->head];
+    if (it->full == 0) {
+        if (it->ev->gen == it->gen) {
+            it->ev->done = 1;
+            it->ev->ts = S->now;
+        }
+    } else {
+        p->queued_ns -= it->full;
+        if (S->now >= S->c.warmup_ns && S->now < S->c.duration_ns) {
+            struct gs_sim_result *r = &S->out[p - S->p];
+            r->work_ns += it->full;
+            int64_t bin = (S->now - S->c.warmup_ns) / S->c.bin_ns;
+            if (bin < SIM_BINS)
+                r->bins[bin] += it->full;
+        }
+    }
+    s->head = (s->head + 1) % SIM_QCAP;
+    s->len--;
+    S->popped = 1;
+}
+
+/* Complete events at the heads of the active context; switch context when it runs dry. */
+static void sim_settle(struct sim *S)
+{
+    for (int tries = 0; tries <= SIM_PROCS; tries++) {
+        if (S->active >= 0) {
+            struct sim_proc *p = &S->p[S->active];
+            for (int i = 0; i < SIM_STREAMS; i++)
+                while (p->st[i].len && p->st[i].q[p->st[i].head].full == 0)
+                    sim_pop(S, p, &p->st[i]);
+            if (sim_has_work(p))
+                return;
+        }
+        int from = S->active < 0 ? 0 : S->active + 1, next = -1;
+        for (int k = 0; k < (int)S->c.n_procs && next < 0; k++) {
+            int j = (from + k) % (int)S->c.n_procs;
+            if (sim_has_work(&S->p[j]))
+                next = j;
+        }
+        if (next < 0) {
+            S->active = -1;
+            return;
+        }
+        S->active = next;
+        S->slice_start = S->now;
+    }
+}
+
+static int sim_others_waiting(struct sim *S)
+{
+    for (int j = 0; j < (int)S->c.n_procs; j++)
+        if (j != S->active && sim_has_work(&S->p[j]))
+            return 1;
+    return 0;
+}
+
+static void sim_gpu_advance(struct sim *S, int64_t target)
+{
+    S->popped = 0;
+    for (;;) {
+        sim_settle(S);
+        if (S->any_blocked && S->popped)
+            return;
+        if (S->active < 0) {
+            S->now = target;
+            return;
+        }
+        struct sim_proc *p = &S->p[S->active];
+        int n = 0;
+        int64_t min_work = SIM_INF;
+        for (int i = 0; i < SIM_STREAMS; i++)
+            if (p->st[i].len) {
+                n++;
+                if (p->st[i].q[p->st[i].head].work < min_work)
+                    min_work = p->st[i].q[p->st[i].head].work;
+            }
+        int64_t t_done = S->now + min_work * n;
+        int64_t t_slice = sim_others_waiting(S) ? S->slice_start + S->c.timeslice_ns : SIM_INF;
+        if (t_slice < S->now)
+            t_slice = S->now;
+        int64_t t_next = t_done < t_slice ? t_done : t_slice;
+        int64_t until = t_next < target ? t_next : target;
+        int64_t step = (until - S->now) / n;
+        for (int i = 0; i < SIM_STREAMS; i++)
+            if (p->st[i].len)
+                p->st[i].q[p->st[i].head].work -= step;
+        S->now = until;
+        if (until == t_done)
+            for (int i = 0; i < SIM_STREAMS; i++)
+                if (p->st[i].len && p->st[i].q[p->st[i].head].work <= 0)
+                    sim_pop(S, p, &p->st[i]);
+        if (until == t_slice && sim_others_waiting(S)) {
+            int from = S->active;
+            S->active = -1; /* pick the next context with work, round-robin after this one */
+            for (int k = 1; k <= (int)S->c.n_procs; k++) {
+                int j = (from + k) % (int)S->c.n_procs;
+                if (sim_has_work(&S->p[j])) {
+                    S->active = j;
+                    break;
+                }
+            }
+            S->slice_start = S->now;
+        }
+        if (until == target || (S->any_blocked && S->popped))
+            return;
+    }
+}
+
+/* ---- processes ---- */
+
+static uint64_t sim_rand(struct sim_proc *p)
+{
+    p->rng ^= p->rng << 13;
+    p->rng ^= p->rng >> 7;
+    p->rng ^= p->rng << 17;
+    return p->rng;
+}
+
+static int64_t sim_kernel_ns(struct sim_proc *p)
+{
+    int64_t lo = p->c.kernel_min_ns, hi = p->c.kernel_max_ns;
+    return hi > lo ? lo + (int64_t)(sim_rand(p) % (uint64_t)(hi - lo + 1)) : lo;
+}
+
+static void sim_kill(struct sim_proc *p)
+{
+    p->alive = 0;
+    for (int i = 0; i < SIM_STREAMS; i++)
+        p->st[i].len = 0; /* the driver tears the context down: queued work never runs */
+    p->queued_ns = 0;
+    p->next = SIM_INF;
+}
+
+static void sim_step_done(struct sim *S, struct sim_proc *p)
+{
+    if (p->step_start >= S->c.warmup_ns && p->n_steps < SIM_STEPS)
+        p->steps[p->n_steps++] = S->now - p->step_start;
+    p->step_start = S->now + p->c.step_cpu_ns;
+    p->in_sync = 0;
+    p->next = S->now + p->c.step_cpu_ns;
+}
+
+static void sim_proc_run(struct sim *S, struct sim_proc *p)
+{
+    struct gs_sim_cfg *c = &S->c;
+    if (p->c.stop_ns > 0 && S->now >= p->c.stop_ns) {
+        sim_kill(p);
+        return;
+    }
+    if (!p->started) {
+        p->started = 1;
+        p->step_start = S->now;
+    }
+    if (p->in_sync) {
+        if (sim_has_work(p))
+            p->blocked = 1, p->next = SIM_INF;
+        else
+            sim_step_done(S, p);
+        return;
+    }
+    int s = p->next_stream;
+    int k = (int)(p->c.kernels_per_launch > 1 ? p->c.kernels_per_launch : 1);
+    if (p->st[s].len + k + 2 > SIM_QCAP) { /* the driver's launch queue is full: block */
+        p->blocked = 1;
+        p->next = SIM_INF;
+        return;
+    }
+    int limited = p->c.limit_pct > 0;
+    if (limited) {
+        if (c->use_board)
+            gs_meter_set_others(&p->meter, gs_board_tick(&p->board, S->now));
+        int64_t w = gs_meter_admit(&p->meter, S->now);
+        if (w > 0) {
+            if (w < c->min_sleep_ns)
+                w = c->min_sleep_ns;
+            if (w > c->max_sleep_ns)
+                w = c->max_sleep_ns;
+            w += c->sleep_slack_ns;
+            p->wait_acc += w;
+            p->next = S->now + w;
+            return;
+        }
+        if (p->wait_acc) {
+            gs_meter_note_wait(&p->meter, p->wait_acc);
+            if (p->wait_acc > S->out[p - S->p].max_wait_ns)
+                S->out[p - S->p].max_wait_ns = p->wait_acc;
+            p->wait_acc = 0;
+        }
+        gs_meter_before(&p->meter, (uintptr_t)s, S->now);
+    }
+    for (int i = 0; i < k; i++) {
+        int64_t w = sim_kernel_ns(p);
+        *sim_push(&p->st[s]) = (struct sim_item){.work = w, .full = w};
+        p->queued_ns += w;
+    }
+    if (limited)
+        gs_meter_after(&p->meter, (uintptr_t)s, k > 1 ? GS_LAUNCH_GRAPH : GS_LAUNCH_KERNEL,
+                       S->now);
+    struct gs_sim_result *r = &S->out[p - S->p];
+    if (p->queued_ns > r->max_queue_ns)
+        r->max_queue_ns = p->queued_ns;
+    p->launches++;
+    p->next_stream = (s + 1) % (int)p->c.streams;
+    p->next = S->now + c->launch_ns + (limited ? c->event_ns : 0) + p->c.cpu_ns;
+    if (p->c.sync_every > 0 && p->launches % p->c.sync_every == 0)
+        p->in_sync = 1;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void sim_init(struct sim *S)
+{
+    S->active = -1;
+    gs_board_format(&S->board);
+    for (int i = 0; i < (int)S->c.n_procs; i++) {
+        struct sim_proc *p = &S->p[i];
+        p->c = S->c.proc[i];
+        if (p->c.streams < 1 || p->c.streams > SIM_STREAMS)
+            p->c.streams = 1;
+        p->alive = 1;
+        p->next = p->c.start_ns;
+        p->rng = (uint64_t)S->c.seed * 0x9E3779B97F4A7C15ULL + (uint64_t)i + 1;
+        int tenant = (int)(p->c.tenant % SIM_PROCS);
+        if (p->c.limit_pct > 0) {
+            gs_meter_init(&p->meter, &sim_ops, p, &S->dev[tenant], &p->block, (int)p->c.limit_pct);
+            p->meter.work_conserving = (int)p->c.work_conserving;
+            p->meter.priority = (int)p->c.priority;
+            gs_board_client_init(&p->board, &S->board, (uint64_t)i + 1, (uint64_t)tenant + 1,
+                                 (int)p->c.priority, (int)p->c.limit_pct,
+                                 (int)p->c.work_conserving, 1000 + i);
+        }
+    }
+}
+
+int gs_sim_run(const struct gs_sim_cfg *cfg, struct gs_sim_result *out)
+{
+    if (cfg->n_procs < 1 || cfg->n_procs > SIM_PROCS || cfg->bin_ns <= 0)
+        return -1;
+    struct sim *S = calloc(1, sizeof(*S));
+    if (!S)
+        return -1;
+    S->c = *cfg;
+    S->out = out;
+    memset(out, 0, sizeof(*out) * (size_t)cfg->n_procs);
+    sim_init(S);
+    for (;;) {
+        int64_t t = SIM_INF;
+        for (int i = 0; i < (int)S->c.n_procs; i++)
+            if (S->p[i].alive && S->p[i].next < t)
+                t = S->p[i].next;
+        for (int i = 0; i < (int)S->c.n_procs; i++) /* kills happen on time, even when blocked */
+            if (S->p[i].alive && S->p[i].c.stop_ns > 0 && S->p[i].c.stop_ns < t)
+                t = S->p[i].c.stop_ns;
+        if (t > cfg->duration_ns)
+            t = cfg->duration_ns;
+        S->any_blocked = 0;
+        for (int i = 0; i < (int)S->c.n_procs; i++)
+            S->any_blocked |= S->p[i].alive && S->p[i].blocked;
+        sim_gpu_advance(S, t);
+        if (S->now >= cfg->duration_ns)
+            break;
+        for (int i = 0; i < (int)S->c.n_procs; i++) {
+            struct sim_proc *p = &S->p[i];
+            if (!p->alive)
+                continue;
+            if (p->blocked && (!p->in_sync || !sim_has_work(p)) &&
+                p->st[p->next_stream].len + 16 < SIM_QCAP) {
+                p->blocked = 0;
+                p->next = S->now;
+            }
+            if (p->c.stop_ns > 0 && S->now >= p->c.stop_ns)
+                sim_kill(p);
+            else if (p->next <= S->now)
+                sim_proc_run(S, p);
+        }
+    }
+    for (int i = 0; i < (int)S->c.n_procs; i++) {
+        struct sim_proc *p = &S->p[i];
+        struct gs_sim_result *r = &out[i];
+        r->launches = p->launches;
+        r->throttled = (int64_t)p->block.throttled;
+        r->throttle_ns = (int64_t)p->block.throttle_ns;
+        r->measured_ns = (int64_t)p->block.busy_ns;
+        r->dropped = (int64_t)p->meter.dropped;
+        r->batches = (int64_t)p->meter.batches;
+        r->steps = p->n_steps;
+        if (p->n_steps > 0) {
+            qsort(p->steps, (size_t)p->n_steps, sizeof(int64_t), cmp_i64);
+            r->step_p50_ns = p->steps[p->n_steps / 2];
+            r->step_p99_ns = p->steps[(p->n_steps * 99) / 100];
+        }
+    }
+    free(S);
+    return 0;
+}
+
+/* Sizes for the ctypes mirror to check against. */
+int64_t gs_sim_sizes(int which)
+{
+    switch (which) {
+    case 0: return (int64_t)sizeof(struct gs_sim_cfg);
+    case 1: return (int64_t)sizeof(struct gs_sim_result);
+    default: return -1;
+    }
+}
+
+/* Direct access to the span union for property tests. */
+int64_t gs_sim_spans_add(struct gs_span *spans, int *n, int64_t s, int64_t e)
+{
+    return gs_spans_add(spans, n, s, e);
+}

@@ -1,0 +1,89 @@
+/* Layout of the shared region: one mmap'd file per container (DESIGN §3), read by every
+ * process of the container (native/src/region/) and by Python (gpuslice.shim.Region,
+ * docs/shim.md "Region layout"). Fixed-width little-endian fields; offsets are pinned by
+ * _Static_assert below, so any change must bump GS_REGION_VERSION and update the mirrors.
+ *
+ *   [0, 4096)                      struct gs_region_header
+ *   [4096, 4096 + 16*512)          struct gs_region_device[GS_REGION_MAX_DEVICES]
+ *   [12288, 12288 + 1024*384)      struct gs_region_slot[GS_REGION_MAX_SLOTS]
+ *
+ * Protocol (no locks a dead process can hold): a process owns one slot (CAS pid 0 -> own pid),
+ * publishes pending bytes before allocating, then moves them to used. Totals are derived by
+ * summing live slots, so nothing drifts; dead slots are reclaimed by CAS on `state`. */
+#ifndef GPUSLICE_REGION_H
+#define GPUSLICE_REGION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compute_shared.h"
+
+#define GS_REGION_MAGIC 0x4543494c53555047ull /* "GPUSLICE" little-endian */
+#define GS_REGION_VERSION 1u
+#define GS_REGION_MAX_DEVICES 16
+#define GS_REGION_MAX_SLOTS 1024
+#define GS_REGION_UUID_LEN 64
+
+enum gs_slot_state {
+    GS_SLOT_FREE = 0,       /* unused (pid may be set while its owner is claiming it) */
+    GS_SLOT_LIVE = 1,       /* counted: pid + start_time identify the owner */
+    GS_SLOT_RECLAIMING = 2, /* a process is clearing a dead owner's slot */
+};
+
+struct gs_region_header {               /* 4096 bytes */
+    uint64_t magic;                     /*   0 GS_REGION_MAGIC, written last at creation */
+    uint32_t version;                   /*   8 GS_REGION_VERSION */
+    uint32_t header_size;               /*  12 sizeof(struct gs_region_header) */
+    uint32_t device_size;               /*  16 sizeof(struct gs_region_device) */
+    uint32_t slot_size;                 /*  20 sizeof(struct gs_region_slot) */
+    uint32_t max_devices;               /*  24 GS_REGION_MAX_DEVICES */
+    uint32_t max_slots;                 /*  28 GS_REGION_MAX_SLOTS */
+    uint32_t device_count;              /*  32 devices with a limit entry (highest index + 1) */
+    int32_t sm_limit;                   /*  36 percent, 0 = unlimited */
+    int32_t compute_mode;               /*  40 enum gs_compute_mode */
+    uint32_t slot_hwm;                  /*  44 slots ever claimed (scan bound), atomic max */
+    uint64_t last_reclaim_ns;           /*  48 CLOCK_MONOTONIC of the last dead-slot sweep */
+    uint64_t created_unix_s;            /*  56 creation time (seconds since the epoch) */
+    int32_t creator_pid;                /*  64 */
+    uint32_t reserved0;                 /*  68 */
+    uint64_t total_size;                /*  72 file size */
+    uint8_t reserved[4096 - 80];        /*  80 zero */
+};
+
+struct gs_region_device {               /* 512 bytes */
+    char uuid[GS_REGION_UUID_LEN];      /*   0 "GPU-..." NUL-terminated, filled by the first CUDA user */
+    uint64_t limit;                     /*  64 bytes, 0 = no limit */
+    uint64_t context_bytes;             /*  72 measured footprint of one context (info) */
+    uint8_t reserved[256 - 80];         /*  80 zero */
+    struct gs_compute_device compute;   /* 256 owned by native/src/compute */
+};
+
+struct gs_region_slot {                 /* 384 bytes */
+    int32_t pid;                        /*   0 owner pid (0 = none), CAS-claimed */
+    uint32_t state;                     /*   4 enum gs_slot_state */
+    uint64_t start_time;                /*   8 owner's /proc/<pid>/stat starttime (clock ticks) */
+    uint64_t used[GS_REGION_MAX_DEVICES];    /*  16 committed bytes per device */
+    uint64_t pending[GS_REGION_MAX_DEVICES]; /* 144 reserved, allocation in flight */
+    uint8_t reserved[288 - 272];        /* 272 zero */
+    struct gs_compute_proc compute;     /* 288 owned by native/src/compute */
+    uint8_t reserved2[384 - 288 - GS_COMPUTE_PROC_BYTES];
+};
+
+#define GS_REGION_DEVICES_OFFSET 4096u
+#define GS_REGION_SLOTS_OFFSET (GS_REGION_DEVICES_OFFSET + GS_REGION_MAX_DEVICES * 512u)
+#define GS_REGION_SIZE (GS_REGION_SLOTS_OFFSET + GS_REGION_MAX_SLOTS * 384u)
+
+_Static_assert(sizeof(struct gs_region_header) == 4096, "region header size");
+_Static_assert(offsetof(struct gs_region_header, slot_hwm) == 44, "region header layout");
+_Static_assert(offsetof(struct gs_region_header, last_reclaim_ns) == 48, "region header layout");
+_Static_assert(offsetof(struct gs_region_header, total_size) == 72, "region header layout");
+_Static_assert(sizeof(struct gs_region_device) == 512, "region device size");
+_Static_assert(offsetof(struct gs_region_device, limit) == 64, "region device layout");
+_Static_assert(offsetof(struct gs_region_device, compute) == 256, "region device layout");
+_Static_assert(sizeof(struct gs_region_slot) == 384, "region slot size");
+_Static_assert(offsetof(struct gs_region_slot, used) == 16, "region slot layout");
+_Static_assert(offsetof(struct gs_region_slot, pending) == 144, "region slot layout");
+_Static_assert(offsetof(struct gs_region_slot, compute) == 288, "region slot layout");
+_Static_assert(GS_REGION_SIZE == 405504, "region size");
+
+#endif

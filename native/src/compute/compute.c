@@ -1,0 +1,197 @@
+/* Compute share setup: limit/mode/priority from the region (its values win) or the config,
+ * one meter per CUDA context (created at its first launch), the node board file.
+ * Owns: gs_compute_init, the context table, GPUSLICE_BOARD_DIR handling.
+ * Does not: launch or measure (launch.c, meter.c, timing.c).
+ * Failure: no region / no device block / board file errors -> logged once; launches then pass
+ * through unthrottled (no region) or run in hard mode (no board). Never blocks the app. */
+#define _GNU_SOURCE
+#include "compute.h"
+
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "real.h"
+#include "region.h"
+#include "state.h"
+
+int gs_compute_enabled;
+
+static struct {
+    int pct, work_conserving, priority;
+    char board_dir[GS_PATH_MAX];
+    pthread_mutex_t mu;            /* creation of table entries */
+    struct gs_cmeter *table[GS_COMPUTE_CONTEXTS];
+    struct gs_board *boards[GS_MAX_DEVICES];
+    uint64_t token;
+} gs_c = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+int64_t gs_compute_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static uint64_t gs_compute_random(void)
+{
+    uint64_t v = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, &v, sizeof v) != (ssize_t)sizeof v)
+            v = 0;
+        close(fd);
+    }
+    if (v == 0)
+        v = (uint64_t)gs_compute_now_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9E3779B97F4A7C15ULL;
+    return v;
+}
+
+int gs_compute_init(void)
+{
+    const struct gs_config *cfg = gs_config_get();
+    struct gs_region_header *h = gs_region();
+    int pct = cfg->sm_limit, mode = (int)cfg->compute_mode;
+    if (h && h->sm_limit > 0 && h->sm_limit < 100) { /* the region's limits win */
+        pct = h->sm_limit;
+        mode = h->compute_mode;
+    }
+    if (pct <= 0 || pct >= 100)
+        return 0;
+    if (!h) {
+        GS_ERROR("compute: CUDA_DEVICE_SM_LIMIT=%d: no shared region to keep the budget in; "
+                 "kernels run without a compute limit", pct);
+        return -1;
+    }
+    gs_c.pct = pct;
+    gs_c.work_conserving = mode == GS_COMPUTE_WORK_CONSERVING;
+    gs_c.priority = cfg->priority;
+    gs_c.token = gs_compute_random();
+    const char *dir = getenv("GPUSLICE_BOARD_DIR");
+    if (dir && *dir)
+        snprintf(gs_c.board_dir, sizeof gs_c.board_dir, "%s", dir);
+    else if (gs_c.work_conserving)
+        GS_WARN("compute: GPUSLICE_COMPUTE_MODE=work-conserving without GPUSLICE_BOARD_DIR: other "
+                "tenants are invisible, running in hard mode; mount a shared directory and set it");
+    __atomic_store_n(&gs_compute_enabled, 1, __ATOMIC_RELEASE);
+    GS_INFO("compute: limit %d%% of GPU time, %s mode, priority %d, board %s", pct,
+            gs_c.work_conserving ? "work-conserving" : "hard", gs_c.priority,
+            gs_c.board_dir[0] ? gs_c.board_dir : "(none)");
+    return 0;
+}
+
+/* Map <board_dir>/<uuid>.board for device `dev` (NULL when not configured or on error). */
+static struct gs_board *gs_compute_board(int dev)
+{
+    if (!gs_c.board_dir[0] || dev < 0 || dev >= GS_MAX_DEVICES)
+        return NULL;
+    if (gs_c.boards[dev])
+        return gs_c.boards[dev];
+    PFN_cuDeviceGetUuid_v11040 get_uuid = gs_real_cuDeviceGetUuid_v2;
+    CUuuid u;
+    if (!get_uuid || get_uuid(&u, (CUdevice)dev) != CUDA_SUCCESS) {
+        GS_LOG_ONCE(GS_LOG_WARN, "compute: board: cannot read the UUID of device %d; hard mode", dev);
+        return NULL;
+    }
+    const unsigned char *b = (const unsigned char *)u.bytes;
+    char path[GS_PATH_MAX + 64];
+    snprintf(path, sizeof path,
+             "%s/GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x.board",
+             gs_c.board_dir, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
+             b[11], b[12], b[13], b[14], b[15]);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    struct stat st;
+    void *map = MAP_FAILED;
+    if (fd >= 0 && fstat(fd, &st) == 0 &&
+        (st.st_size >= (off_t)sizeof(struct gs_board) || ftruncate(fd, sizeof(struct gs_board)) == 0))
+        map = mmap(NULL, sizeof(struct gs_board), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd >= 0)
+        close(fd);
+    if (map == MAP_FAILED || gs_board_format(map) != 0) {
+        GS_LOG_ONCE(GS_LOG_WARN, "compute: board %s: cannot open or not a gpuslice board; "
+                    "check GPUSLICE_BOARD_DIR is a writable shared directory; hard mode", path);
+        if (map != MAP_FAILED)
+            munmap(map, sizeof(struct gs_board));
+        return NULL;
+    }
+    gs_c.boards[dev] = map;
+    return map;
+}
+
+static struct gs_cmeter *gs_compute_create(CUcontext ctx)
+{
+    PFN_cuCtxGetDevice_v2000 get_dev = gs_real_cuCtxGetDevice;
+    CUdevice dev;
+    if (!get_dev || get_dev(&dev) != CUDA_SUCCESS)
+        return NULL;
+    struct gs_compute_device *blk = gs_region_compute_device((int)dev);
+    if (!blk) {
+        GS_LOG_ONCE(GS_LOG_WARN, "compute: device %d has no block in the shared region; its kernels "
+                    "run without a compute limit", (int)dev);
+        return NULL;
+    }
+    struct gs_cmeter *cm = calloc(1, sizeof *cm);
+    if (!cm)
+        return NULL;
+    cm->ctx = ctx;
+    cm->device = (int)dev;
+    pthread_mutex_init(&cm->mu, NULL);
+    gs_meter_init(&cm->meter, &gs_timing_ops, &cm->timing, blk, gs_region_compute_proc(), gs_c.pct);
+    cm->meter.work_conserving = gs_c.work_conserving;
+    cm->meter.priority = gs_c.priority;
+    atomic_store(&blk->limit_pct, (uint32_t)gs_c.pct);
+    uint64_t zero = 0;
+    atomic_compare_exchange_strong(&blk->tenant_id, &zero, gs_compute_random());
+    gs_board_client_init(&cm->board, gs_compute_board((int)dev), gs_c.token,
+                         atomic_load(&blk->tenant_id), gs_c.priority, gs_c.pct,
+                         gs_c.work_conserving, (int)getpid());
+    return cm;
+}
+
+struct gs_cmeter *gs_compute_current(void)
+{
+    PFN_cuCtxGetCurrent_v4000 get_ctx = gs_real_cuCtxGetCurrent;
+    CUcontext ctx = NULL;
+    if (!get_ctx || get_ctx(&ctx) != CUDA_SUCCESS || !ctx)
+        return NULL;
+    for (int i = 0; i < GS_COMPUTE_CONTEXTS; i++) {
+        struct gs_cmeter *cm = __atomic_load_n(&gs_c.table[i], __ATOMIC_ACQUIRE);
+        if (!cm)
+            break;
+        if (cm->ctx == ctx)
+            return cm;
+    }
+    struct gs_cmeter *found = NULL;
+    pthread_mutex_lock(&gs_c.mu);
+    int i = 0;
+    for (; i < GS_COMPUTE_CONTEXTS && gs_c.table[i]; i++)
+        if (gs_c.table[i]->ctx == ctx)
+            found = gs_c.table[i];
+    if (!found && i < GS_COMPUTE_CONTEXTS) {
+        found = gs_compute_create(ctx);
+        if (found)
+            __atomic_store_n(&gs_c.table[i], found, __ATOMIC_RELEASE);
+    } else if (!found) {
+        GS_LOG_ONCE(GS_LOG_WARN, "compute: more than %d CUDA contexts; kernels of the others run "
+                    "without a compute limit", GS_COMPUTE_CONTEXTS);
+    }
+    pthread_mutex_unlock(&gs_c.mu);
+    return found;
+}
+
+__attribute__((destructor)) static void gs_compute_fini(void)
+{
+    for (int i = 0; i < GS_COMPUTE_CONTEXTS; i++) {
+        struct gs_cmeter *cm = __atomic_load_n(&gs_c.table[i], __ATOMIC_ACQUIRE);
+        if (cm)
+            gs_board_leave(&cm->board);
+    }
+}

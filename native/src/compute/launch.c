@@ -1,0 +1,151 @@
+/* Launch handlers (hooks.def compute section): hold a launch back until the container's
+ * GPU-time budget allows it, then launch and extend the stream's timing batch.
+ * Owns: cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel, cuGraphLaunch (+ _ptsz).
+ * Without a compute limit each handler is one relaxed load and a call to the real driver
+ * (and procaddr.c does not even hand these out then). Streams being captured into a graph
+ * pass straight through (their work is counted when the graph is launched). The meter's
+ * event queries run in "relaxed" stream-capture mode so another thread's capture is never
+ * invalidated. Any internal failure -> the launch goes through unthrottled (fail open).
+ * Tests: tests/native/compute/test_launch_fake.py; GPU: benchmarks/compute_accuracy.py. */
+#define _GNU_SOURCE
+#include <time.h>
+
+#include "hooks.h"
+#include "state.h"
+
+struct gs_gate {
+    struct gs_cmeter *cm;
+    uintptr_t stream;
+};
+
+static void gs_gate_sleep(int64_t ns)
+{
+    if (ns < GS_THROTTLE_MIN_SLEEP_NS)
+        ns = GS_THROTTLE_MIN_SLEEP_NS;
+    if (ns > GS_THROTTLE_MAX_SLEEP_NS)
+        ns = GS_THROTTLE_MAX_SLEEP_NS;
+    struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
+    nanosleep(&ts, NULL);
+}
+
+/* 1: measure this launch (call gs_gate_close after it); 0: pass it through untouched. */
+static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
+{
+    if (__builtin_expect(!__atomic_load_n(&gs_compute_enabled, __ATOMIC_RELAXED), 1))
+        return 0;
+    uintptr_t st = (uintptr_t)s;
+    if (ptsz && st == 0)
+        st = (uintptr_t)CU_STREAM_PER_THREAD;
+    PFN_cuStreamIsCapturing_v10000 capturing = gs_real_cuStreamIsCapturing;
+    CUstreamCaptureStatus status;
+    if (capturing && (capturing((CUstream)st, &status) != CUDA_SUCCESS ||
+                      status != CU_STREAM_CAPTURE_STATUS_NONE))
+        return 0; /* being captured (or cannot tell): the graph is charged when launched */
+    struct gs_cmeter *cm = gs_compute_current();
+    if (!cm)
+        return 0;
+    PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange = gs_real_cuThreadExchangeStreamCaptureMode;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    int swapped = exchange && exchange(&mode) == CUDA_SUCCESS;
+    int64_t waited = 0;
+    for (;;) {
+        int64_t now = gs_compute_now_ns();
+        pthread_mutex_lock(&cm->mu);
+        if (cm->board.board)
+            gs_meter_set_others(&cm->meter, gs_board_tick(&cm->board, now));
+        int64_t w = gs_meter_admit(&cm->meter, now);
+        if (w <= 0) {
+            if (waited > 0)
+                gs_meter_note_wait(&cm->meter, waited);
+            gs_meter_before(&cm->meter, st, now);
+            pthread_mutex_unlock(&cm->mu);
+            break;
+        }
+        pthread_mutex_unlock(&cm->mu);
+        gs_gate_sleep(w);
+        waited += gs_compute_now_ns() - now;
+    }
+    if (swapped)
+        exchange(&mode);
+    g->cm = cm;
+    g->stream = st;
+    return 1;
+}
+
+static void gs_gate_close(struct gs_gate *g, enum gs_launch_kind kind, CUresult r)
+{
+    if (r != CUDA_SUCCESS)
+        return; /* the batch's end event still marks its last successful launch */
+    pthread_mutex_lock(&g->cm->mu);
+    gs_meter_after(&g->cm->meter, g->stream, kind, gs_compute_now_ns());
+    pthread_mutex_unlock(&g->cm->mu);
+}
+
+#define GS_GATED(realname, stream, ptsz, kind, call)                                    \
+    do {                                                                               \
+        __typeof__(gs_real_##realname) real = GS_REAL(realname);                       \
+        if (!real)                                                                     \
+            return CUDA_ERROR_NOT_FOUND;                                               \
+        struct gs_gate g;                                                              \
+        if (!gs_gate_open(&g, (stream), (ptsz)))                                       \
+            return real call;                                                          \
+        CUresult r = real call;                                                        \
+        gs_gate_close(&g, (kind), r);                                                  \
+        return r;                                                                      \
+    } while (0)
+
+#define GS_KERNEL_ARGS f, gx, gy, gz, bx, by, bz, shmem, s, params, extra
+#define GS_COOP_ARGS f, gx, gy, gz, bx, by, bz, shmem, s, params
+
+CUresult gs_launch_kernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                          unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
+                          CUstream s, void **params, void **extra)
+{
+    GS_GATED(cuLaunchKernel, s, 0, GS_LAUNCH_KERNEL, (GS_KERNEL_ARGS));
+}
+
+CUresult gs_launch_kernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                               unsigned int bx, unsigned int by, unsigned int bz,
+                               unsigned int shmem, CUstream s, void **params, void **extra)
+{
+    GS_GATED(cuLaunchKernel_ptsz, s, 1, GS_LAUNCH_KERNEL, (GS_KERNEL_ARGS));
+}
+
+CUresult gs_launch_kernel_ex(const CUlaunchConfig *config, CUfunction f, void **params,
+                             void **extra)
+{
+    GS_GATED(cuLaunchKernelEx, config ? config->hStream : NULL, 0, GS_LAUNCH_KERNEL,
+             (config, f, params, extra));
+}
+
+CUresult gs_launch_kernel_ex_ptsz(const CUlaunchConfig *config, CUfunction f, void **params,
+                                  void **extra)
+{
+    GS_GATED(cuLaunchKernelEx_ptsz, config ? config->hStream : NULL, 1, GS_LAUNCH_KERNEL,
+             (config, f, params, extra));
+}
+
+CUresult gs_launch_cooperative(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                               unsigned int bx, unsigned int by, unsigned int bz,
+                               unsigned int shmem, CUstream s, void **params)
+{
+    GS_GATED(cuLaunchCooperativeKernel, s, 0, GS_LAUNCH_KERNEL, (GS_COOP_ARGS));
+}
+
+CUresult gs_launch_cooperative_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
+                                    unsigned int gz, unsigned int bx, unsigned int by,
+                                    unsigned int bz, unsigned int shmem, CUstream s,
+                                    void **params)
+{
+    GS_GATED(cuLaunchCooperativeKernel_ptsz, s, 1, GS_LAUNCH_KERNEL, (GS_COOP_ARGS));
+}
+
+CUresult gs_launch_graph(CUgraphExec exec, CUstream s)
+{
+    GS_GATED(cuGraphLaunch, s, 0, GS_LAUNCH_GRAPH, (exec, s));
+}
+
+CUresult gs_launch_graph_ptsz(CUgraphExec exec, CUstream s)
+{
+    GS_GATED(cuGraphLaunch_ptsz, s, 1, GS_LAUNCH_GRAPH, (exec, s));
+}

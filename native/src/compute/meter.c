@@ -1,0 +1,276 @@
+/* Per-process GPU-time meter: batches of launches timed by event pairs. See meter.h. */
+#include "meter.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "budget.h"
+
+#define GS_RELAXED memory_order_relaxed
+
+void gs_meter_init(struct gs_meter *m, const struct gs_meter_ops *ops, void *ctx,
+                   struct gs_compute_device *dev, struct gs_compute_proc *proc, int pct)
+{
+    memset(m, 0, sizeof(*m));
+    m->ops = ops;
+    m->ctx = ctx;
+    m->dev = dev;
+    m->proc = proc;
+    m->pct = pct;
+}
+
+int64_t gs_spans_add(struct gs_span *spans, int *n, int64_t s, int64_t e)
+{
+    if (e <= s)
+        return 0;
+    int64_t covered = 0, ns = s, ne = e;
+    int first = -1, last = -1;
+    for (int i = 0; i < *n; i++) {
+        int64_t lo = spans[i].s > s ? spans[i].s : s;
+        int64_t hi = spans[i].e < e ? spans[i].e : e;
+        if (hi > lo)
+            covered += hi - lo;
+        if (spans[i].e >= s && spans[i].s <= e) { /* overlaps or touches: merge */
+            if (first < 0)
+                first = i;
+            last = i;
+            if (spans[i].s < ns)
+                ns = spans[i].s;
+            if (spans[i].e > ne)
+                ne = spans[i].e;
+        }
+    }
+    if (first >= 0) {
+        spans[first] = (struct gs_span){ns, ne};
+        memmove(&spans[first + 1], &spans[last + 1], sizeof(spans[0]) * (size_t)(*n - last - 1));
+        *n -= last - first;
+    } else {
+        int at = 0;
+        while (at < *n && spans[at].s < s)
+            at++;
+        if (*n == GS_METER_SPANS) { /* forget the oldest span */
+            if (at == 0)
+                return e - s;
+            memmove(&spans[0], &spans[1], sizeof(spans[0]) * (size_t)(*n - 1));
+            (*n)--;
+            at--;
+        }
+        memmove(&spans[at + 1], &spans[at], sizeof(spans[0]) * (size_t)(*n - at));
+        spans[at] = (struct gs_span){s, e};
+        (*n)++;
+    }
+    return (e - s) - covered;
+}
+
+static void gs_meter_release(struct gs_meter *m, struct gs_batch *b)
+{
+    if (b->start)
+        m->ops->ev_release(m->ctx, b->start);
+    if (b->end)
+        m->ops->ev_release(m->ctx, b->end);
+    b->start = b->end = NULL;
+}
+
+static void gs_meter_forget(struct gs_meter *m, struct gs_batch *b)
+{
+    m->inflight_ns -= b->est_ns;
+    m->unknown -= (int)b->unknown;
+    b->est_ns = 0;
+    b->unknown = 0;
+    gs_meter_release(m, b);
+}
+
+static int gs_meter_find(struct gs_meter *m, uintptr_t stream)
+{
+    for (int i = 0; i < m->n_open; i++)
+        if (m->open[i].stream == stream)
+            return i;
+    return -1;
+}
+
+/* Move open batch i to the pending queue (or drop it if it cannot be measured). */
+static void gs_meter_close(struct gs_meter *m, int i)
+{
+    struct gs_batch b = m->open[i];
+    m->open[i] = m->open[--m->n_open];
+    if (!b.end || b.launches[0] + b.launches[1] == 0 || m->n_pending == GS_METER_PENDING) {
+        if (b.end && m->n_pending == GS_METER_PENDING)
+            m->dropped++;
+        gs_meter_forget(m, &b);
+        return;
+    }
+    m->pending[m->n_pending++] = b;
+}
+
+static int64_t gs_meter_ema(int64_t est, int64_t sample)
+{
+    return est == 0 ? sample : (3 * est + sample) / 4;
+}
+
+/* A completed batch: debit the part of its span not already counted, learn its cost. */
+static void gs_meter_account(struct gs_meter *m, struct gs_batch *b, int64_t now)
+{
+    int64_t ts, te;
+    if (m->ops->ev_time_ns(m->ctx, b->start, &ts) != 0 ||
+        m->ops->ev_time_ns(m->ctx, b->end, &te) != 0 || te < ts) {
+        m->dropped++;
+        return;
+    }
+    m->batches++;
+    int64_t busy = gs_spans_add(m->spans, &m->n_spans, ts, te) + b->tail_ns;
+    uint32_t k = b->launches[0], g = b->launches[1], n = b->covered;
+    if (n > 0 && g == 0)
+        m->est_ns[GS_LAUNCH_KERNEL] = gs_meter_ema(m->est_ns[0], (te - ts) / n);
+    else if (n > 0 && k == 0)
+        m->est_ns[GS_LAUNCH_GRAPH] = gs_meter_ema(m->est_ns[1], (te - ts) / n);
+    gs_budget_debit(m->dev, m->pct, now, busy, m->borrowing);
+    atomic_fetch_add_explicit(&m->dev->busy_ns, (uint64_t)busy, GS_RELAXED);
+    if (m->borrowing)
+        atomic_fetch_add_explicit(&m->dev->borrowed_ns, (uint64_t)busy, GS_RELAXED);
+    if (m->proc)
+        atomic_fetch_add_explicit(&m->proc->busy_ns, (uint64_t)busy, GS_RELAXED);
+}
+
+void gs_meter_poll(struct gs_meter *m, int64_t now)
+{
+    for (int i = m->n_open - 1; i >= 0; i--) { /* streams that went idle: close now */
+        struct gs_batch *b = &m->open[i];
+        if (b->end && now - b->last_ns >= GS_METER_IDLE_PROBE_NS &&
+            m->ops->ev_done(m->ctx, b->end) != 0)
+            gs_meter_close(m, i);
+    }
+    for (int i = 0; i < m->n_pending;) {
+        struct gs_batch *b = &m->pending[i];
+        int done = m->ops->ev_done(m->ctx, b->end);
+        if (done == 0) {
+            i++;
+            continue;
+        }
+        if (done > 0)
+            gs_meter_account(m, b, now);
+        else
+            m->dropped++;
+        gs_meter_forget(m, b);
+        m->pending[i] = m->pending[--m->n_pending];
+    }
+    if (m->proc)
+        atomic_store_explicit(&m->proc->inflight_ns, m->inflight_ns, GS_RELAXED);
+}
+
+int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
+{
+    gs_meter_poll(m, now);
+    if (m->n_pending >= GS_METER_PENDING_MAX || m->unknown > 0)
+        return GS_METER_POLL_NS; /* GPU far behind, or cost still unknown: measure first */
+    if (m->borrowing)
+        return m->inflight_ns > GS_METER_BORROW_INFLIGHT_NS ? GS_METER_POLL_NS : 0;
+    return gs_budget_wait_ns(m->dev, m->pct, now, m->inflight_ns);
+}
+
+static int gs_meter_full(const struct gs_batch *b, int64_t now)
+{
+    return b->unknown > 0 || b->est_ns >= GS_METER_BATCH_GPU_NS ||
+           b->launches[0] + b->launches[1] >= GS_METER_BATCH_LAUNCHES ||
+           now - b->opened_ns >= GS_METER_BATCH_AGE_NS;
+}
+
+void gs_meter_before(struct gs_meter *m, uintptr_t stream, int64_t now)
+{
+    int i = gs_meter_find(m, stream);
+    if (i >= 0 && gs_meter_full(&m->open[i], now)) {
+        struct gs_batch *b = &m->open[i];
+        if (b->tail_ns > 0 && now - b->last_ns < GS_METER_IDLE_PROBE_NS) {
+            /* launches are back to back, the stream is still busy: mark the end here */
+            void *end = m->ops->ev_record(m->ctx, stream, b->end);
+            if (end) {
+                b->end = end;
+                b->covered = b->launches[0] + b->launches[1];
+                b->tail_ns = 0;
+            }
+        }
+        gs_meter_close(m, i), i = -1;
+    }
+    if (i >= 0)
+        return;
+    if (m->n_open == GS_METER_STREAMS) { /* evict the stream launched on least recently */
+        int old = 0;
+        for (int j = 1; j < m->n_open; j++)
+            if (m->open[j].last_ns < m->open[old].last_ns)
+                old = j;
+        gs_meter_close(m, old);
+    }
+    void *start = m->ops->ev_record(m->ctx, stream, NULL);
+    if (!start) {
+        m->dropped++;
+        return;
+    }
+    m->open[m->n_open++] = (struct gs_batch){
+        .stream = stream, .start = start, .opened_ns = now, .last_ns = now};
+}
+
+void gs_meter_after(struct gs_meter *m, uintptr_t stream, enum gs_launch_kind kind, int64_t now)
+{
+    atomic_fetch_add_explicit(&m->dev->launches, 1, GS_RELAXED);
+    atomic_store_explicit(&m->dev->last_demand_ns, (uint64_t)now, GS_RELAXED);
+    if (m->proc) {
+        atomic_fetch_add_explicit(&m->proc->launches, 1, GS_RELAXED);
+        atomic_store_explicit(&m->proc->last_launch_ns, (uint64_t)now, GS_RELAXED);
+    }
+    int i = gs_meter_find(m, stream);
+    if (i < 0)
+        return; /* could not open a batch: this launch goes unmeasured (fail open) */
+    struct gs_batch *b = &m->open[i];
+    int64_t est = m->est_ns[kind];
+    int sparse = b->launches[0] + b->launches[1] > 0 && now - b->last_ns >= GS_METER_IDLE_PROBE_NS;
+    b->launches[kind]++;
+    if (!b->end || est == 0 || sparse || b->tail_ns + est >= GS_METER_EVENT_NS) {
+        void *end = m->ops->ev_record(m->ctx, stream, b->end); /* re-record: marks this launch */
+        if (!end) {
+            m->dropped++;
+            gs_meter_forget(m, b);
+            m->open[i] = m->open[--m->n_open];
+            return;
+        }
+        b->end = end;
+        b->covered = b->launches[0] + b->launches[1];
+        b->tail_ns = 0;
+    } else {
+        b->tail_ns += est;
+    }
+    b->last_ns = now;
+    if (est == 0) {
+        b->unknown++;
+        m->unknown++;
+    } else {
+        b->est_ns += est;
+        m->inflight_ns += est;
+    }
+}
+
+void gs_meter_note_wait(struct gs_meter *m, int64_t ns)
+{
+    atomic_fetch_add_explicit(&m->dev->throttle_ns, (uint64_t)ns, GS_RELAXED);
+    atomic_fetch_add_explicit(&m->dev->throttled, 1, GS_RELAXED);
+    if (m->proc) {
+        atomic_fetch_add_explicit(&m->proc->throttle_ns, (uint64_t)ns, GS_RELAXED);
+        atomic_fetch_add_explicit(&m->proc->throttled, 1, GS_RELAXED);
+    }
+}
+
+void gs_meter_set_others(struct gs_meter *m, struct gs_meter_others others)
+{
+    int b = gs_budget_may_borrow(m->work_conserving, m->priority, others.high, others.low);
+    if (b != m->borrowing) {
+        m->borrowing = b;
+        atomic_store_explicit(&m->dev->borrowing, (uint32_t)b, GS_RELAXED);
+    }
+}
+
+void gs_meter_drop_all(struct gs_meter *m)
+{
+    for (int i = 0; i < m->n_open; i++)
+        gs_meter_forget(m, &m->open[i]);
+    for (int i = 0; i < m->n_pending; i++)
+        gs_meter_forget(m, &m->pending[i]);
+    m->n_open = m->n_pending = 0;
+}

@@ -1,0 +1,100 @@
+/* Measures one process's GPU busy time on one device and decides when a launch may go.
+ * Owns: batches (one start/end event pair per run of launches on a stream, closed by
+ * estimated size, age, or when the stream was seen idle), the pending queue, the per-launch
+ * cost estimate (pre-debited while work is in flight), the union of busy spans (overlapping
+ * streams of one process are counted once), the work-conserving board decision.
+ * Does not: call CUDA (events go through gs_meter_ops), sleep, lock (launch.c holds a mutex).
+ * Pure and deterministic given the ops and `now`; the simulator drives it with a fake GPU.
+ * Failure: an ops error drops that batch (under-counts, never blocks); see docs/compute.md.
+ * Tests: tests/native/compute/test_controller.py, test_spans.py. */
+#ifndef GS_COMPUTE_METER_H
+#define GS_COMPUTE_METER_H
+
+#include <stdint.h>
+
+#include "gpuslice/compute_shared.h"
+
+#define GS_METER_STREAMS 16
+#define GS_METER_PENDING 32
+#define GS_METER_PENDING_MAX 12          /* more unmeasured batches than this: wait for the GPU */
+#define GS_METER_SPANS 32
+#define GS_METER_BATCH_GPU_NS 1000000LL  /* close a batch at ~1 ms of estimated GPU work */
+#define GS_METER_BATCH_AGE_NS 4000000LL  /* ... or 4 ms after it opened (CPU clock) */
+#define GS_METER_BATCH_LAUNCHES 256
+#define GS_METER_IDLE_PROBE_NS 20000LL   /* CPU gap after which we ask whether the stream idled */
+#define GS_METER_POLL_NS 100000LL        /* wait step when the GPU is behind */
+#define GS_METER_EVENT_NS 100000LL       /* re-record the end event every ~100 us of GPU work */
+#define GS_METER_BORROW_INFLIGHT_NS 5000000LL /* queue bound while borrowing */
+
+enum gs_launch_kind { GS_LAUNCH_KERNEL = 0, GS_LAUNCH_GRAPH = 1 };
+
+/* Each recorded event costs the GPU ~1 us (timestamp write between kernels), so the end
+ * event is re-recorded after a launch only when the work since its last record reaches
+ * GS_METER_EVENT_NS, when launches are sparse, or when the cost is still unknown; launches
+ * after the last record (the tail) are counted by their estimate.
+ * Events of the device timeline. ctx is the ops' own state. Streams are opaque handles. */
+struct gs_meter_ops {
+    void *(*ev_record)(void *ctx, uintptr_t stream, void *ev); /* ev NULL: take a new one */
+    int (*ev_done)(void *ctx, void *ev);                       /* 1 done, 0 not yet, <0 error */
+    int (*ev_time_ns)(void *ctx, void *ev, int64_t *t);        /* 0 ok: GPU-timeline ns */
+    void (*ev_release)(void *ctx, void *ev);
+};
+
+struct gs_batch {
+    uintptr_t stream;
+    void *start, *end;
+    uint32_t launches[2];     /* by enum gs_launch_kind */
+    uint32_t unknown;         /* launches made before any estimate existed */
+    uint32_t covered;         /* launches before the end event's last record */
+    int64_t tail_ns;          /* estimate of the launches after it (counted as estimated) */
+    int64_t est_ns;           /* pre-debited estimate of this batch */
+    int64_t opened_ns, last_ns;
+};
+
+struct gs_span { int64_t s, e; };
+
+/* Node-wide demand of other tenants, filled by the board (or by a test). */
+struct gs_meter_others { int high, low; };
+
+struct gs_meter {
+    const struct gs_meter_ops *ops;
+    void *ctx;
+    struct gs_compute_device *dev;   /* shared by the container's processes */
+    struct gs_compute_proc *proc;    /* this process's slot (may be NULL in tests) */
+    int pct;                         /* 1..99 */
+    int work_conserving, priority, borrowing;
+    struct gs_batch open[GS_METER_STREAMS];
+    int n_open;
+    struct gs_batch pending[GS_METER_PENDING];
+    int n_pending;
+    int64_t inflight_ns;             /* sum of est_ns of open + pending batches */
+    int unknown;                     /* launches in flight made before any estimate existed */
+    int64_t est_ns[2];               /* per-launch GPU cost estimate by kind, 0 = unknown */
+    struct gs_span spans[GS_METER_SPANS];
+    int n_spans;
+    uint64_t batches;                /* batches measured */
+    uint64_t dropped;                /* batches lost to ops errors */
+};
+
+void gs_meter_init(struct gs_meter *m, const struct gs_meter_ops *ops, void *ctx,
+                   struct gs_compute_device *dev, struct gs_compute_proc *proc, int pct);
+/* Reconcile completed batches; returns ns to wait before launching (0 = launch now). */
+int64_t gs_meter_admit(struct gs_meter *m, int64_t now);
+/* Right before the real launch (after admit returned 0): close/open the stream's batch. */
+void gs_meter_before(struct gs_meter *m, uintptr_t stream, int64_t now);
+/* Right after a successful real launch. */
+void gs_meter_after(struct gs_meter *m, uintptr_t stream, enum gs_launch_kind kind, int64_t now);
+/* Close idle batches and reconcile whatever completed (also done inside admit). */
+void gs_meter_poll(struct gs_meter *m, int64_t now);
+/* Throttle accounting: the caller held one launch back for `ns` in total. */
+void gs_meter_note_wait(struct gs_meter *m, int64_t ns);
+/* Record others' demand and decide borrowing (work-conserving mode). */
+void gs_meter_set_others(struct gs_meter *m, struct gs_meter_others others);
+/* Release every event (process exit / context destroyed). */
+void gs_meter_drop_all(struct gs_meter *m);
+
+/* Add [s,e) to a sorted set of disjoint spans; returns the length not already covered.
+ * Keeps at most GS_METER_SPANS spans, forgetting the oldest. */
+int64_t gs_spans_add(struct gs_span *spans, int *n, int64_t s, int64_t e);
+
+#endif

@@ -1,0 +1,190 @@
+/* Environment -> struct gs_config (see config.h). Pure: takes an env lookup function, so
+ * tests/native/unit/test_config.c drives it with tables. Error text names the variable, the
+ * value, what is wrong and the fix. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+
+static int gs_is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+struct gs_suffix {
+    const char *text;
+    unsigned shift;
+};
+
+static const struct gs_suffix gs_suffixes[] = {
+    {"", 0},     {"k", 10},   {"K", 10},   {"Ki", 10},  {"KiB", 10}, {"m", 20},
+    {"M", 20},   {"Mi", 20},  {"MiB", 20}, {"g", 30},   {"G", 30},   {"Gi", 30},
+    {"GiB", 30}, {"t", 40},   {"T", 40},   {"Ti", 40},  {"TiB", 40},
+};
+
+int gs_parse_size(const char *text, uint64_t *out, char *err, size_t errlen)
+{
+    const char *p = text;
+    while (gs_is_space(*p)) p++;
+    if (*p < '0' || *p > '9') {
+        snprintf(err, errlen, "not a size; use digits with an optional suffix, e.g. 4GiB or 512Mi");
+        return -1;
+    }
+    uint64_t value = 0;
+    int overflow = 0;
+    while (*p >= '0' && *p <= '9') {
+        unsigned d = (unsigned)(*p - '0');
+        if (value > (UINT64_MAX - d) / 10) overflow = 1;
+        else value = value * 10 + d;
+        p++;
+    }
+    const char *suf = p;
+    while (*p && !gs_is_space(*p)) p++;
+    size_t suflen = (size_t)(p - suf);
+    while (gs_is_space(*p)) p++;
+    if (*p != '\0') {
+        snprintf(err, errlen, "unexpected text after the size; use one value, e.g. 4GiB");
+        return -1;
+    }
+    int shift = -1;
+    for (size_t i = 0; i < sizeof gs_suffixes / sizeof gs_suffixes[0]; i++) {
+        if (strlen(gs_suffixes[i].text) == suflen && strncmp(gs_suffixes[i].text, suf, suflen) == 0) {
+            shift = (int)gs_suffixes[i].shift;
+            break;
+        }
+    }
+    if (shift < 0) {
+        /* value may have overflowed: print the digits as written */
+        int digits = (int)(suf - text);
+        while (digits > 0 && gs_is_space(*text)) { text++; digits--; }
+        snprintf(err, errlen, "unknown suffix \"%.*s\"; use %.*sG or %.*sGiB", (int)suflen, suf, digits, text, digits, text);
+        return -1;
+    }
+    if (overflow || value > ((uint64_t)INT64_MAX >> shift)) {
+        snprintf(err, errlen, "too large; the most is 2^63-1 bytes (8 EiB)");
+        return -1;
+    }
+    if (value == 0) {
+        snprintf(err, errlen, "zero is not a limit; unset the variable for no limit");
+        return -1;
+    }
+    *out = value << shift;
+    return 0;
+}
+
+static int gs_fail(struct gs_config *c, const char *name, const char *value, const char *why)
+{
+    if (c->valid) {
+        snprintf(c->error, sizeof c->error, "%.48s=\"%.120s\": %.300s", name, value, why);
+        c->valid = 0;
+    }
+    return -1;
+}
+
+static int gs_parse_int(const char *v, long lo, long hi, long *out)
+{
+    char *end;
+    while (gs_is_space(*v)) v++;
+    if (*v < '0' || *v > '9') return -1;
+    long x = strtol(v, &end, 10);
+    while (gs_is_space(*end)) end++;
+    if (*end != '\0' || x < lo || x > hi) return -1;
+    *out = x;
+    return 0;
+}
+
+static void gs_parse_memory(struct gs_config *c, gs_getenv_fn get)
+{
+    char err[200], name[48];
+    uint64_t all = 0;
+    const char *v = get("CUDA_DEVICE_MEMORY_LIMIT");
+    if (v != NULL && *v != '\0') {
+        if (gs_parse_size(v, &all, err, sizeof err) != 0) gs_fail(c, "CUDA_DEVICE_MEMORY_LIMIT", v, err);
+    }
+    for (int i = 0; i < GS_MAX_DEVICES; i++) {
+        uint64_t one = 0;
+        snprintf(name, sizeof name, "CUDA_DEVICE_MEMORY_LIMIT_%d", i);
+        v = get(name);
+        if (v != NULL && *v != '\0') {
+            if (gs_parse_size(v, &one, err, sizeof err) != 0) gs_fail(c, name, v, err);
+        }
+        c->mem_limit[i] = one ? one : all;
+        if (c->mem_limit[i]) c->mem_limited = 1;
+    }
+}
+
+static void gs_parse_compute(struct gs_config *c, gs_getenv_fn get)
+{
+    long x;
+    const char *v = get("CUDA_DEVICE_SM_LIMIT");
+    if (v != NULL && *v != '\0') {
+        if (gs_parse_int(v, 0, 100, &x) != 0)
+            gs_fail(c, "CUDA_DEVICE_SM_LIMIT", v, "not a percentage; use an integer 0..100 (0 or 100 = no limit)");
+        else c->sm_limit = x == 100 ? 0 : (int)x;
+    }
+    v = get("GPUSLICE_COMPUTE_MODE");
+    if (v != NULL && *v != '\0') {
+        if (strcmp(v, "hard") == 0) c->compute_mode = GS_COMPUTE_HARD;
+        else if (strcmp(v, "work-conserving") == 0) c->compute_mode = GS_COMPUTE_WORK_CONSERVING;
+        else gs_fail(c, "GPUSLICE_COMPUTE_MODE", v, "unknown mode; use hard or work-conserving");
+    }
+    v = get("CUDA_TASK_PRIORITY");
+    if (v != NULL && *v != '\0') {
+        if (gs_parse_int(v, 0, 1, &x) != 0)
+            gs_fail(c, "CUDA_TASK_PRIORITY", v, "unknown priority; use 0 (high) or 1 (low)");
+        else c->priority = (int)x;
+    }
+}
+
+int gs_config_parse(struct gs_config *c, gs_getenv_fn get)
+{
+    long x;
+    memset(c, 0, sizeof *c);
+    c->valid = 1;
+    c->log_level = 1;
+    const char *v = get("LIBCUDA_LOG_LEVEL");
+    if (v != NULL && *v != '\0') {
+        if (gs_parse_int(v, 0, 4, &x) != 0)
+            gs_fail(c, "LIBCUDA_LOG_LEVEL", v, "unknown level; use 0 (error) .. 4 (debug)");
+        else c->log_level = (int)x;
+    }
+    gs_parse_memory(c, get);
+    gs_parse_compute(c, get);
+    v = get("CUDA_DEVICE_MEMORY_SHARED_CACHE");
+    if (v != NULL && *v != '\0') {
+        if (strlen(v) >= sizeof c->region_path)
+            gs_fail(c, "CUDA_DEVICE_MEMORY_SHARED_CACHE", v, "path too long; use a path under 512 bytes");
+        else snprintf(c->region_path, sizeof c->region_path, "%s", v);
+    } else {
+        snprintf(c->region_path, sizeof c->region_path, "/tmp/gpuslice-%u.region", (unsigned)getuid());
+    }
+    return c->valid ? 0 : -1;
+}
+
+static struct gs_config gs_cfg;
+static pthread_once_t gs_cfg_once = PTHREAD_ONCE_INIT;
+
+static const char *gs_getenv(const char *name)
+{
+    return getenv(name);
+}
+
+static void gs_config_load(void)
+{
+    if (gs_config_parse(&gs_cfg, gs_getenv) != 0) {
+        GS_ERROR("%s", gs_cfg.error);
+        return;
+    }
+    gs_log_set_level(gs_cfg.log_level);
+}
+
+const struct gs_config *gs_config_get(void)
+{
+    pthread_once(&gs_cfg_once, gs_config_load);
+    return &gs_cfg;
+}

@@ -1,0 +1,212 @@
+/* Contexts: their own device footprint is charged to the slice. Measured, not assumed: NVML's
+ * device used memory right before and right after the real creation (a context has no
+ * cuMemGetInfo before it exists), rounded to 2 MiB, recorded in the region device block.
+ * Concurrent allocations by other tenants of the GPU during that window skew one measurement
+ * (documented in docs/shim.md). Without NVML nothing is charged (logged once). */
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "init.h"
+#include "log.h"
+#include "mem/account.h"
+#include "mem/mem.h"
+#include "mem/nvml_util.h"
+#include "region.h"
+
+static int gs_primary_refs[GS_REGION_MAX_DEVICES];
+static uint64_t gs_primary_charge[GS_REGION_MAX_DEVICES];
+static pthread_mutex_t gs_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int gs_ctx_dev_ok(CUdevice dev)
+{
+    return gs_ready() && dev >= 0 && dev < GS_REGION_MAX_DEVICES;
+}
+
+/* Device used bytes per NVML, or UINT64_MAX if NVML cannot tell. */
+static uint64_t gs_ctx_device_used(int dev)
+{
+    uint64_t used;
+    if (gs_nvml_cuda_device_used(dev, &used) != 0) return UINT64_MAX;
+    return used;
+}
+
+static uint64_t gs_ctx_footprint(int dev, uint64_t before)
+{
+    uint64_t after = gs_ctx_device_used(dev);
+    if (before == UINT64_MAX || after == UINT64_MAX) {
+        GS_LOG_ONCE(GS_LOG_WARN, "context footprint: NVML device memory info unavailable; contexts are not charged");
+        return 0;
+    }
+    uint64_t bytes = after > before ? gs_round_up(after - before, GS_ALLOC_GRANULARITY) : 0;
+    struct gs_region_device *d = gs_region_device(dev);
+    if (d) __atomic_store_n(&d->context_bytes, bytes, __ATOMIC_RELAXED);
+    GS_DEBUG("context footprint on device %d: %llu MiB", dev, (unsigned long long)(bytes >> 20));
+    return bytes;
+}
+
+CUresult gs_ctx_primary_retain(CUcontext *pctx, CUdevice dev)
+{
+    PFN_cuDevicePrimaryCtxRetain_v7000 real = GS_REAL(cuDevicePrimaryCtxRetain);
+    if (real == NULL) return CUDA_ERROR_NOT_FOUND;
+    if (!gs_ctx_dev_ok(dev)) return real(pctx, dev);
+    pthread_mutex_lock(&gs_ctx_lock);
+    int first = gs_primary_refs[dev] == 0;
+    uint64_t before = first ? gs_ctx_device_used(dev) : 0;
+    CUresult rc = real(pctx, dev);
+    if (rc == CUDA_SUCCESS) {
+        if (first) {
+            gs_primary_charge[dev] = gs_ctx_footprint(dev, before);
+            gs_account_charge(dev, gs_primary_charge[dev]);
+        }
+        gs_primary_refs[dev]++;
+    }
+    pthread_mutex_unlock(&gs_ctx_lock);
+    return rc;
+}
+
+static void gs_ctx_primary_drop(CUdevice dev, int all)
+{
+    pthread_mutex_lock(&gs_ctx_lock);
+    if (gs_primary_refs[dev] > 0) gs_primary_refs[dev] = all ? 0 : gs_primary_refs[dev] - 1;
+    if (gs_primary_refs[dev] == 0 && gs_primary_charge[dev]) {
+        gs_account_release(dev, gs_primary_charge[dev]);
+        gs_primary_charge[dev] = 0;
+    }
+    pthread_mutex_unlock(&gs_ctx_lock);
+}
+
+CUresult gs_ctx_primary_release(CUdevice dev)
+{
+    PFN_cuDevicePrimaryCtxRelease_v11000 real = GS_REAL(cuDevicePrimaryCtxRelease_v2);
+    if (real == NULL) return CUDA_ERROR_NOT_FOUND;
+    CUresult rc = real(dev);
+    if (rc == CUDA_SUCCESS && gs_ctx_dev_ok(dev)) gs_ctx_primary_drop(dev, 0);
+    return rc;
+}
+
+CUresult gs_ctx_primary_reset(CUdevice dev)
+{
+    PFN_cuDevicePrimaryCtxReset_v11000 real = GS_REAL(cuDevicePrimaryCtxReset_v2);
+    if (real == NULL) return CUDA_ERROR_NOT_FOUND;
+    CUresult rc = real(dev);
+    if (rc == CUDA_SUCCESS && gs_ctx_dev_ok(dev)) {
+        /* reset destroys the primary context but keeps the retain count */
+        pthread_mutex_lock(&gs_ctx_lock);
+        if (gs_primary_charge[dev]) gs_account_release(dev, gs_primary_charge[dev]);
+        gs_primary_charge[dev] = 0;
+        pthread_mutex_unlock(&gs_ctx_lock);
+    }
+    return rc;
+}
+
+static uint64_t gs_ctx_before(CUdevice dev)
+{
+    return gs_ctx_dev_ok(dev) ? gs_ctx_device_used(dev) : UINT64_MAX;
+}
+
+static void gs_ctx_created(CUresult rc, CUcontext *pctx, CUdevice dev, uint64_t before)
+{
+    if (rc != CUDA_SUCCESS || !gs_ctx_dev_ok(dev) || before == UINT64_MAX) return;
+    uint64_t bytes = gs_ctx_footprint(dev, before);
+    gs_account_charge(dev, bytes);
+    gs_track_put(GS_TRACK_CTX, (uint64_t)(uintptr_t)*pctx, dev, bytes);
+}
+
+CUresult gs_ctx_create_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    PFN_cuCtxCreate_v3020 real = GS_REAL(cuCtxCreate_v2);
+    if (real == NULL) return CUDA_ERROR_NOT_FOUND;
+    pthread_mutex_lock(&gs_ctx_lock);
+    uint64_t before = gs_ctx_before(dev);
+    CUresult rc = real(pctx, flags, dev);
+    gs_ctx_created(rc, pctx, dev, before);
+    pthread_mutex_unlock(&gs_ctx_lock);
+    return rc;
+}
+
+CUresult gs_ctx_create_v3(CUcontext *pctx, CUexecAffinityParam *params, int n, unsigned int flags, CUdevice dev)
+{
+    PFN_cuCtxCreate_v11040 real = GS_REAL(cuCtxCreate_v3);
+    if (real == NULL) return CUDA_ERROR_NOT_FOUND;
+    pthread_mutex_lock(&gs_ctx_lock);
+    uint64_t before = gs_ctx_before(dev);
+    CUresult rc = real(pctx, params, n, flags, dev);
+    gs_ctx_created(rc, pctx, dev, before);
+    pthread_mutex_unlock(&gs_ctx_lock);
+    return rc;
+}
+
+CUresult gs_ctx_create_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+    PFN_cuCtxCreate_v12050 real = GS_REAL(cuCtxCreate_v4);
+    if (real == NULL) return CUDA_ERROR_NOT_FOUND;
+    pthread_mutex_lock(&gs_ctx_lock);
+    uint64_t before = gs_ctx_before(dev);
+    CUresult rc = real(pctx, params, flags, dev);
+    gs_ctx_created(rc, pctx, dev, before);
+    pthread_mutex_unlock(&gs_ctx_lock);
+    return rc;
+}
+
+CUresult gs_ctx_destroy(CUcontext ctx)
+{
+    PFN_cuCtxDestroy_v4000 real = GS_REAL(cuCtxDestroy_v2);
+    if (real == NULL) return CUDA_ERROR_NOT_FOUND;
+    int dev;
+    uint64_t bytes;
+    if (!gs_ready() || gs_track_take(GS_TRACK_CTX, (uint64_t)(uintptr_t)ctx, &dev, &bytes) != 0) return real(ctx);
+    CUresult rc = real(ctx);
+    if (rc == CUDA_SUCCESS) gs_account_release(dev, bytes);
+    else gs_track_put(GS_TRACK_CTX, (uint64_t)(uintptr_t)ctx, dev, bytes);
+    return rc;
+}
+
+/* ---- driver memory outside allocations ----
+ * After the context exists the driver keeps taking device memory on its own (lazily loaded
+ * modules: ~84 MiB once PyTorch's first cuBLAS matmul ran on an H200). Where NVML lists this
+ * process (same pid namespace, e.g. `gpuslice run`), its per-process used memory is the ground
+ * truth: the part not covered by our charges is charged as overhead, re-read at most every
+ * 500 ms from the allocation path. Where NVML shows other pids (a container), this is skipped. */
+
+#define GS_RECONCILE_NS 500000000ull
+
+static uint64_t gs_overhead[GS_REGION_MAX_DEVICES];
+static uint64_t gs_reconcile_last[GS_REGION_MAX_DEVICES];
+static int gs_reconcile_off;
+
+static uint64_t gs_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void gs_ctx_reconcile(int dev, int force)
+{
+    if (dev < 0 || dev >= GS_REGION_MAX_DEVICES || __atomic_load_n(&gs_reconcile_off, __ATOMIC_RELAXED)) return;
+    uint64_t now = gs_mono_ns();
+    uint64_t last = __atomic_load_n(&gs_reconcile_last[dev], __ATOMIC_RELAXED);
+    if (!force && now - last < GS_RECONCILE_NS) return;
+    if (!__atomic_compare_exchange_n(&gs_reconcile_last[dev], &last, now, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return; /* another thread is doing it */
+    if (pthread_mutex_trylock(&gs_ctx_lock) != 0) return;
+    uint64_t nv = 0;
+    int r = gs_nvml_self_used(dev, &nv);
+    if (r != 0) {
+        if (r < 0 || gs_primary_refs[dev] > 0) { /* NVML missing, or it cannot see our pid */
+            __atomic_store_n(&gs_reconcile_off, 1, __ATOMIC_RELAXED);
+            GS_DEBUG("reconcile: NVML per-process memory unavailable for this pid; driver overhead beyond the "
+                     "context footprint is not charged");
+        }
+        pthread_mutex_unlock(&gs_ctx_lock);
+        return;
+    }
+    uint64_t mine = gs_account_self_total(dev);
+    uint64_t base = mine > gs_overhead[dev] ? mine - gs_overhead[dev] : 0;
+    uint64_t target = nv > base ? nv - base : 0;
+    if (target > gs_overhead[dev]) gs_account_charge(dev, target - gs_overhead[dev]);
+    else if (target < gs_overhead[dev]) gs_account_release(dev, gs_overhead[dev] - target);
+    gs_overhead[dev] = target;
+    pthread_mutex_unlock(&gs_ctx_lock);
+}

@@ -1,0 +1,20 @@
+/* NVML helpers (internal): CUDA ordinal <-> NVML device by UUID (region, CUDA_VISIBLE_DEVICES). */
+#ifndef GS_NVML_UTIL_H
+#define GS_NVML_UTIL_H
+
+#include <stdint.h>
+
+#include "nvml_types.h"
+
+/* Real NVML device used bytes for a CUDA ordinal. 0 ok, -1 unavailable. */
+int gs_nvml_cuda_device_used(int cuda_dev, uint64_t *used);
+/* This process's used bytes per NVML on a CUDA ordinal: 0 found, 1 not listed (no context
+ * yet, or NVML reports pids of another pid namespace), -1 NVML unavailable. */
+int gs_nvml_self_used(int cuda_dev, uint64_t *used);
+/* CUDA ordinal of an NVML device as this container sees it, or -1 (not visible / unknown). */
+int gs_nvml_to_cuda(nvmlDevice_t device);
+/* Parse CUDA_VISIBLE_DEVICES-style text: index of the entry matching uuid or nvml_index, -1 if
+ * none, -2 if the variable is unset (pure; unit-tested). */
+int gs_visible_index(const char *cvd, const char *uuid, unsigned nvml_index);
+
+#endif

@@ -1,0 +1,224 @@
+/* Per-process slots: claim (CAS pid 0 -> own pid), liveness (pid exists and /proc start time
+ * unchanged, which defeats pid reuse), reclaim of dead owners (CAS state LIVE -> RECLAIMING,
+ * rate-limited to one sweep per 250 ms through the header timestamp), release at exit/fork. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "region.h"
+
+#define GS_RECLAIM_INTERVAL_NS 250000000ull
+
+static int gs_self = -1;
+static pthread_mutex_t gs_claim_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t gs_atfork_once = PTHREAD_ONCE_INIT;
+
+static uint64_t gs_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* State (field 3) and start time (field 22, clock ticks since boot) from /proc/<pid>/stat.
+ * 0 ok, -1 unreadable. */
+static int gs_proc_stat(int pid, char *state, uint64_t *start)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* comm may contain spaces and parentheses */
+    if (p == NULL) return -1;
+    unsigned long long st = 0;
+    char c = 0;
+    if (sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", &c,
+               &st) != 2)
+        return -1;
+    *state = c;
+    *start = st;
+    return 0;
+}
+
+static uint64_t gs_proc_start_time(int pid)
+{
+    char state;
+    uint64_t start;
+    return gs_proc_stat(pid, &state, &start) == 0 ? start : 0;
+}
+
+int gs_region_slot_count(void)
+{
+    struct gs_region_header *h = gs_region();
+    if (h == NULL) return 0;
+    uint32_t n = __atomic_load_n(&h->slot_hwm, __ATOMIC_ACQUIRE);
+    return n > GS_REGION_MAX_SLOTS ? GS_REGION_MAX_SLOTS : (int)n;
+}
+
+struct gs_region_slot *gs_region_slot_at(int index)
+{
+    struct gs_region_header *h = gs_region();
+    if (h == NULL || index < 0 || index >= GS_REGION_MAX_SLOTS) return NULL;
+    return (struct gs_region_slot *)((char *)h + GS_REGION_SLOTS_OFFSET) + index;
+}
+
+struct gs_compute_proc *gs_region_compute_proc_at(int index)
+{
+    struct gs_region_slot *s = gs_region_slot_at(index);
+    return s ? &s->compute : NULL;
+}
+
+/* Dead: no such pid, a zombie (its GPU memory is already freed; containers often lack an init
+ * that reaps), or a different process under a reused pid (start time changed). */
+static int gs_pid_dead(int pid, uint64_t start_time)
+{
+    if (pid <= 0) return 1;
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+    char state;
+    uint64_t now;
+    if (gs_proc_stat(pid, &state, &now) != 0) return 0; /* cannot tell: keep counting it */
+    if (state == 'Z' || state == 'X') return 1;
+    return start_time != 0 && now != start_time;
+}
+
+int gs_region_slot_alive(int index)
+{
+    struct gs_region_slot *s = gs_region_slot_at(index);
+    if (s == NULL || __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != GS_SLOT_LIVE) return 0;
+    return !gs_pid_dead(__atomic_load_n(&s->pid, __ATOMIC_ACQUIRE), s->start_time);
+}
+
+static void gs_slot_clear(struct gs_region_slot *s)
+{
+    for (int d = 0; d < GS_REGION_MAX_DEVICES; d++) {
+        __atomic_store_n(&s->used[d], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->pending[d], 0, __ATOMIC_RELAXED);
+    }
+    memset(&s->compute, 0, sizeof s->compute);
+}
+
+static void gs_slot_reclaim_one(int index)
+{
+    struct gs_region_slot *s = gs_region_slot_at(index);
+    uint32_t state = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+    int pid = __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE);
+    if (pid == 0 || pid == getpid()) return;
+    if (state == GS_SLOT_LIVE) {
+        if (!gs_pid_dead(pid, s->start_time)) return;
+        uint32_t expect = GS_SLOT_LIVE;
+        if (!__atomic_compare_exchange_n(&s->state, &expect, GS_SLOT_RECLAIMING, 0, __ATOMIC_SEQ_CST,
+                                         __ATOMIC_RELAXED))
+            return;
+        GS_INFO("region: reclaimed slot %d of dead pid %d", index, pid);
+        gs_slot_clear(s);
+        __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&s->state, GS_SLOT_FREE, __ATOMIC_RELEASE);
+    } else if (state == GS_SLOT_FREE) {
+        /* owner died between claiming the pid and going LIVE: nothing was counted */
+        if (gs_pid_dead(pid, 0)) __atomic_compare_exchange_n(&s->pid, &pid, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+    }
+}
+
+void gs_region_reclaim(int force)
+{
+    struct gs_region_header *h = gs_region();
+    if (h == NULL) return;
+    uint64_t now = gs_now_ns();
+    uint64_t last = __atomic_load_n(&h->last_reclaim_ns, __ATOMIC_ACQUIRE);
+    if (!force && now - last < GS_RECLAIM_INTERVAL_NS && now >= last) return;
+    if (!__atomic_compare_exchange_n(&h->last_reclaim_ns, &last, now, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        return; /* someone else is sweeping */
+    int n = gs_region_slot_count();
+    for (int i = 0; i < n; i++) gs_slot_reclaim_one(i);
+}
+
+static void gs_atfork_child(void)
+{
+    /* the child has its own pid: it claims its own slot on first use */
+    gs_self = -1;
+    pthread_mutex_init(&gs_claim_lock, NULL);
+}
+
+static void gs_atfork_register(void)
+{
+    pthread_atfork(NULL, NULL, gs_atfork_child);
+}
+
+static int gs_slot_try_claim(struct gs_region_header *h, int pid, uint64_t start)
+{
+    for (int i = 0; i < GS_REGION_MAX_SLOTS; i++) {
+        struct gs_region_slot *s = gs_region_slot_at(i);
+        int32_t expect = 0;
+        if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != GS_SLOT_FREE) continue;
+        if (!__atomic_compare_exchange_n(&s->pid, &expect, pid, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) continue;
+        if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != GS_SLOT_FREE) { /* lost a race with a reclaimer */
+            __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
+            continue;
+        }
+        gs_slot_clear(s);
+        s->start_time = start;
+        __atomic_store_n(&s->state, GS_SLOT_LIVE, __ATOMIC_SEQ_CST);
+        uint32_t hwm = __atomic_load_n(&h->slot_hwm, __ATOMIC_ACQUIRE);
+        while (hwm < (uint32_t)i + 1 &&
+               !__atomic_compare_exchange_n(&h->slot_hwm, &hwm, (uint32_t)i + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
+        }
+        return i;
+    }
+    return -1;
+}
+
+struct gs_region_slot *gs_region_self(void)
+{
+    int idx = __atomic_load_n(&gs_self, __ATOMIC_ACQUIRE);
+    if (idx >= 0) return gs_region_slot_at(idx);
+    struct gs_region_header *h = gs_region();
+    if (h == NULL) return NULL;
+    pthread_once(&gs_atfork_once, gs_atfork_register);
+    pthread_mutex_lock(&gs_claim_lock);
+    idx = gs_self;
+    if (idx < 0) {
+        int pid = (int)getpid();
+        uint64_t start = gs_proc_start_time(pid);
+        idx = gs_slot_try_claim(h, pid, start);
+        if (idx < 0) {
+            gs_region_reclaim(1);
+            idx = gs_slot_try_claim(h, pid, start);
+        }
+        if (idx < 0)
+            GS_LOG_ONCE(GS_LOG_ERROR, "region: all %d process slots are in use; this process runs unaccounted",
+                        GS_REGION_MAX_SLOTS);
+        __atomic_store_n(&gs_self, idx, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&gs_claim_lock);
+    return idx >= 0 ? gs_region_slot_at(idx) : NULL;
+}
+
+struct gs_compute_proc *gs_region_compute_proc(void)
+{
+    struct gs_region_slot *s = gs_region_self();
+    return s ? &s->compute : NULL;
+}
+
+void gs_region_release_self(void)
+{
+    int idx = __atomic_exchange_n(&gs_self, -1, __ATOMIC_ACQ_REL);
+    struct gs_region_slot *s = gs_region_slot_at(idx);
+    if (s == NULL || __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE) != (int)getpid()) return;
+    uint32_t expect = GS_SLOT_LIVE;
+    if (!__atomic_compare_exchange_n(&s->state, &expect, GS_SLOT_RECLAIMING, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        return;
+    gs_slot_clear(s);
+    __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->state, GS_SLOT_FREE, __ATOMIC_RELEASE);
+}

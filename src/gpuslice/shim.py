@@ -1,0 +1,349 @@
+"""Python side of libgpuslice: shared-region reader, library path, `gpuslice run/top/shim`.
+
+Owns: `Region` (read-only view of the region file; mirrors native/include/gpuslice/region.h,
+documented in docs/shim.md), `library_path()`, and the three CLI commands. Does not: write the
+region (only the C library does) or enforce anything itself.
+Invariants: stdlib only at import time (runs with PYTHONPATH=src where msgspec is absent; click and
+rich are imported inside the commands); totals are derived from live slots, as the library does.
+Failure: ShimError (CLI exit 3) for a missing library or an unreadable/foreign region, QuantityError
+(exit 1) for a bad --gpu-memory. Tests: tests/unit/test_shim_py.py, tests/native/ (fake driver).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuslice.errors import GpusliceError, ShimError
+
+__all__ = ["DeviceView", "ProcessView", "Region", "library_path", "run_command", "shim_command",
+           "top_command"]
+
+# ---- layout (native/include/gpuslice/region.h, GS_REGION_VERSION 1) ----
+MAGIC = 0x4543494C53555047  # b"GPUSLICE" little-endian
+VERSION = 1
+HEADER_SIZE, DEVICE_SIZE, SLOT_SIZE = 4096, 512, 384
+MAX_DEVICES, MAX_SLOTS = 16, 1024
+DEVICES_OFFSET = HEADER_SIZE
+SLOTS_OFFSET = DEVICES_OFFSET + MAX_DEVICES * DEVICE_SIZE
+REGION_SIZE = SLOTS_OFFSET + MAX_SLOTS * SLOT_SIZE
+_HEADER = struct.Struct("<QIIIIIIIiiIQQiIQ")  # magic .. total_size (80 bytes)
+_DEVICE = struct.Struct("<64sQQ")  # uuid, limit, context_bytes
+_SLOT = struct.Struct(f"<iIQ{MAX_DEVICES}Q{MAX_DEVICES}Q")  # pid, state, start_time, used, pending
+_COMPUTE_PROC = struct.Struct("<QQQQqQ")  # busy, throttle, launches, throttled, inflight, last
+SLOT_STATES = {0: "free", 1: "live", 2: "reclaiming"}
+SLOT_LIVE = 1
+_COMPUTE_PROC_OFFSET = 288
+LIBRARY_ENV = "GPUSLICE_LIBRARY"
+
+
+def default_region_path() -> Path:
+    """The library's default: CUDA_DEVICE_MEMORY_SHARED_CACHE, else /tmp/gpuslice-<uid>.region."""
+    env = os.environ.get("CUDA_DEVICE_MEMORY_SHARED_CACHE")
+    return Path(env) if env else Path(f"/tmp/gpuslice-{os.getuid()}.region")
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """State (field 3) and start time (field 22, clock ticks) of /proc/<pid>/stat, or None."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:
+        fields = text[text.rindex(")") + 2:].split()
+        return fields[0], int(fields[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def pid_alive(pid: int, start_time: int) -> bool:
+    """Same rule as the library: the pid exists, is no zombie, and its start time is unchanged."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    stat = _proc_stat(pid)
+    if stat is None:
+        return True
+    state, now = stat
+    return state not in ("Z", "X") and (start_time == 0 or now == start_time)
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    """One device block: limit and the container's total (used + pending over live slots)."""
+
+    index: int
+    uuid: str
+    limit: int
+    context_bytes: int
+    used: int = 0
+    pending: int = 0
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    """One claimed slot. `alive` is None when liveness was not checked (other pid namespace)."""
+
+    slot: int
+    pid: int
+    state: str
+    start_time: int
+    alive: bool | None
+    used: tuple[int, ...]
+    pending: tuple[int, ...]
+    gpu_busy_ns: int = 0
+    throttle_ns: int = 0
+
+
+@dataclass(frozen=True)
+class Region:
+    """Read-only snapshot of a region file. `Region.read(path)`; raises ShimError if unusable."""
+
+    path: Path
+    version: int
+    device_count: int
+    sm_limit: int
+    compute_mode: int
+    slot_hwm: int
+    created_unix_s: int
+    creator_pid: int
+    devices: tuple[DeviceView, ...]
+    processes: tuple[ProcessView, ...] = field(default=())
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str], *, check_alive: bool = True) -> Region:
+        """Parse the file; `check_alive=False` when reading from another pid namespace (node agent):
+        every live slot then counts, as the library would count it until it is reclaimed."""
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            raise ShimError(f"region {p}: no such file; start a process under libgpuslice first "
+                            "(`gpuslice run ...`) or pass --region PATH") from None
+        except OSError as exc:
+            raise ShimError(f"region {p}: cannot read: {exc.strerror}; check permissions") from None
+        return cls.parse(data, path=p, check_alive=check_alive)
+
+    @classmethod
+    def parse(cls, data: bytes, *, path: Path, check_alive: bool = True) -> Region:
+        """Decode region bytes (see docs/shim.md "Region layout")."""
+        if len(data) < HEADER_SIZE:
+            raise ShimError(f"region {path}: {len(data)} bytes, too short for a gpuslice region; "
+                            "check the path")
+        (magic, version, header_size, device_size, slot_size, max_devices, max_slots, device_count,
+         sm_limit, compute_mode, slot_hwm, _last_reclaim, created, creator, _r0,
+         total_size) = _HEADER.unpack_from(data, 0)
+        if magic != MAGIC:
+            raise ShimError(f"region {path}: not a gpuslice region (magic {magic:#x}); "
+                            "check the path")
+        if (version, header_size, device_size, slot_size, max_devices, max_slots) != (
+                VERSION, HEADER_SIZE, DEVICE_SIZE, SLOT_SIZE, MAX_DEVICES, MAX_SLOTS):
+            raise ShimError(f"region {path}: layout version {version} (sizes {header_size}/"
+                            f"{device_size}/{slot_size}), this gpuslice reads version {VERSION}; "
+                            "use the gpuslice release that matches the library")
+        if len(data) < REGION_SIZE or total_size != REGION_SIZE:
+            raise ShimError(f"region {path}: {len(data)} bytes, expected {REGION_SIZE}; "
+                            "the file is truncated or from another build")
+        procs = cls._slots(data, min(slot_hwm, MAX_SLOTS), check_alive)
+        devices = []
+        for i in range(MAX_DEVICES):
+            uuid, limit, ctx = _DEVICE.unpack_from(data, DEVICES_OFFSET + i * DEVICE_SIZE)
+            live = [pr for pr in procs if pr.state == "live" and pr.alive is not False]
+            devices.append(DeviceView(
+                index=i, uuid=uuid.split(b"\0", 1)[0].decode("ascii", "replace"), limit=limit,
+                context_bytes=ctx, used=sum(pr.used[i] for pr in live),
+                pending=sum(pr.pending[i] for pr in live)))
+        return cls(path=path, version=version, device_count=device_count, sm_limit=sm_limit,
+                   compute_mode=compute_mode, slot_hwm=slot_hwm, created_unix_s=created,
+                   creator_pid=creator, devices=tuple(devices), processes=tuple(procs))
+
+    @staticmethod
+    def _slots(data: bytes, count: int, check_alive: bool) -> list[ProcessView]:
+        out = []
+        for i in range(count):
+            off = SLOTS_OFFSET + i * SLOT_SIZE
+            fields = _SLOT.unpack_from(data, off)
+            pid, state, start = fields[0], fields[1], fields[2]
+            if pid == 0:
+                continue
+            busy, throttle, *_ = _COMPUTE_PROC.unpack_from(data, off + _COMPUTE_PROC_OFFSET)
+            out.append(ProcessView(
+                slot=i, pid=pid, state=SLOT_STATES.get(state, f"unknown({state})"),
+                start_time=start, alive=pid_alive(pid, start) if check_alive else None,
+                used=tuple(fields[3:3 + MAX_DEVICES]),
+                pending=tuple(fields[3 + MAX_DEVICES:3 + 2 * MAX_DEVICES]),
+                gpu_busy_ns=busy, throttle_ns=throttle))
+        return out
+
+    def limited_devices(self) -> list[DeviceView]:
+        """What `top` shows: devices a CUDA process has seen (UUID recorded) or with usage; before
+        any process ran, the devices that have a limit."""
+        seen = [d for d in self.devices if d.uuid or d.used or d.pending]
+        return seen or [d for d in self.devices[:max(self.device_count, 1)] if d.limit]
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain dict for `gpuslice top --json` and the node agent's exporter."""
+        return {
+            "path": str(self.path), "version": self.version, "sm_limit": self.sm_limit,
+            "compute_mode": "work-conserving" if self.compute_mode == 1 else "hard",
+            "devices": [{"index": d.index, "uuid": d.uuid, "limit": d.limit, "used": d.used,
+                         "pending": d.pending, "context_bytes": d.context_bytes}
+                        for d in self.limited_devices()],
+            "processes": [{"slot": p.slot, "pid": p.pid, "state": p.state, "alive": p.alive,
+                           "used": {str(i): u for i, u in enumerate(p.used) if u},
+                           "pending": {str(i): u for i, u in enumerate(p.pending) if u},
+                           "gpu_busy_ns": p.gpu_busy_ns, "throttle_ns": p.throttle_ns}
+                          for p in self.processes],
+        }
+
+
+def library_path() -> Path:
+    """Where libgpuslice.so is: $GPUSLICE_LIBRARY, the installed package's _native/, or the
+    checkout's native/build/ (in that order). ShimError if none exists."""
+    candidates = []
+    env = os.environ.get(LIBRARY_ENV)
+    if env:
+        candidates.append(Path(env))
+    here = Path(__file__).resolve().parent
+    candidates += [here / "_native" / "libgpuslice.so",
+                   here.parent.parent / "native" / "build" / "libgpuslice.so"]
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise ShimError("libgpuslice.so is not built or installed (looked in "
+                    + ", ".join(str(c) for c in candidates)
+                    + "); run `make -C native` in a checkout or reinstall gpuslice")
+
+
+def _parse_memory(text: str) -> int:
+    from gpuslice.quantity import parse_memory_size
+
+    return parse_memory_size(text, field="--gpu-memory")
+
+
+def shim_env(*, library: Path, region: Path, gpu_memory: int | None, gpu_compute: int | None,
+             compute_mode: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment `gpuslice run` gives its command (pure; exposed for tests)."""
+    env = dict(os.environ if base is None else base)
+    preload = env.get("LD_PRELOAD", "")
+    env["LD_PRELOAD"] = str(library) + (":" + preload if preload else "")
+    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(region)
+    if gpu_memory is not None:
+        env["CUDA_DEVICE_MEMORY_LIMIT"] = str(gpu_memory)
+    if gpu_compute is not None:
+        env["CUDA_DEVICE_SM_LIMIT"] = str(gpu_compute)
+    if compute_mode is not None:
+        env["GPUSLICE_COMPUTE_MODE"] = compute_mode
+    return env
+
+
+def run_command(*, command: list[str], gpu_memory: str | None, gpu_compute: int | None,
+                compute_mode: str | None, region: str | None) -> int:
+    """Run COMMAND under libgpuslice with the given limits; returns its exit status
+    (128 + signal number if it was killed by a signal, 127 if it could not be started)."""
+    limit = _parse_memory(gpu_memory) if gpu_memory is not None else None
+    lib = library_path()
+    if not command:
+        raise GpusliceError("no command given; usage: gpuslice run --gpu-memory 4GiB -- CMD [ARGS]")
+    exe = shutil.which(command[0])
+    if exe is None:
+        raise GpusliceError(f"command not found: {command[0]}; check PATH or give a full path")
+    tmpdir = None
+    if region is None:
+        tmpdir = tempfile.mkdtemp(prefix="gpuslice-run-")
+        region_path = Path(tmpdir) / "region"
+    else:
+        region_path = Path(region)
+    env = shim_env(library=lib, region=region_path, gpu_memory=limit, gpu_compute=gpu_compute,
+                   compute_mode=compute_mode)
+    try:
+        proc = subprocess.Popen(command, env=env)
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:  # the child got SIGINT too; wait for it to finish
+                continue
+        return 128 - rc if rc < 0 else rc
+    finally:
+        if tmpdir is not None:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _fmt_bytes(n: int) -> str:
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.2f} GiB"
+    return f"{n / (1 << 20):.0f} MiB"
+
+
+def _render(region: Region) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+
+    devs = Table(title=f"gpuslice region {region.path}", title_justify="left")
+    for col in ("GPU", "UUID", "used", "limit", "use %", "context"):
+        devs.add_column(col, justify="right" if col not in ("UUID",) else "left")
+    for d in region.limited_devices():
+        pct = f"{100 * (d.used + d.pending) / d.limit:.0f}%" if d.limit else "-"
+        devs.add_row(str(d.index), d.uuid or "-", _fmt_bytes(d.used + d.pending),
+                     _fmt_bytes(d.limit) if d.limit else "none", pct, _fmt_bytes(d.context_bytes))
+    procs = Table(title=f"processes (compute limit: {region.sm_limit or 'none'}%)",
+                  title_justify="left")
+    for col in ("slot", "pid", "state", "alive", "used", "GPU busy s"):
+        procs.add_column(col, justify="right")
+    for p in region.processes:
+        used = ", ".join(f"{i}:{_fmt_bytes(u)}" for i, u in enumerate(p.used) if u) or "0"
+        procs.add_row(str(p.slot), str(p.pid), p.state, "-" if p.alive is None else str(p.alive),
+                      used, f"{p.gpu_busy_ns / 1e9:.1f}")
+    return Group(devs, procs)
+
+
+def top_command(*, region: str | None, once: bool, as_json: bool) -> None:
+    """Usage against limits per device and per process; refreshes every second until Ctrl-C."""
+    path = Path(region) if region else default_region_path()
+    if as_json:
+        while True:
+            print(json.dumps(Region.read(path).to_json()), flush=True)
+            if once:
+                return
+            time.sleep(1.0)
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    if once:
+        console.print(_render(Region.read(path)))
+        return
+    with contextlib.suppress(KeyboardInterrupt), Live(_render(Region.read(path)), console=console,
+                                                      refresh_per_second=2) as live:
+        while True:
+            time.sleep(1.0)
+            live.update(_render(Region.read(path)))
+
+
+def shim_command(*, show_path: bool) -> None:
+    """`gpuslice shim --path`: the library path; without --path: path, size and exported hooks."""
+    lib = library_path()
+    if show_path:
+        print(lib)
+        return
+    print(f"library: {lib} ({lib.stat().st_size} bytes)")
+    print(f"default region: {default_region_path()}")
+    print("env: CUDA_DEVICE_MEMORY_LIMIT[_<i>], CUDA_DEVICE_SM_LIMIT, "
+          "CUDA_DEVICE_MEMORY_SHARED_CACHE, LIBCUDA_LOG_LEVEL, GPUSLICE_COMPUTE_MODE, "
+          "CUDA_TASK_PRIORITY (docs/shim.md)")
+

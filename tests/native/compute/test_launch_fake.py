@@ -1,0 +1,45 @@
+"""libgpuslice's launch handlers end to end against the fake driver (native/fake/): a kernel of
+N blocks occupies the fake GPU for N microseconds of real time, events take their stream's
+position, so CUDA_DEVICE_SM_LIMIT must stretch a launch loop to ~100/limit of its unlimited
+wall time — through the exported symbol (linked program) and through cuGetProcAddress."""
+
+from __future__ import annotations
+
+import pytest
+
+KERNEL_BLOCKS, COUNT = 1000, 300  # 300 kernels of 1 ms
+
+
+def loop_ms(gs, via: str | None, sm_limit: str | None, binary: str = "probe") -> float:
+    extra = {"CUDA_DEVICE_SM_LIMIT": sm_limit} if sm_limit else {}
+    res = gs.probe(
+        "init",
+        "ctx",
+        "launch",
+        KERNEL_BLOCKS,
+        COUNT,
+        via=via,
+        binary=binary,
+        limit="512MiB",
+        extra=extra,
+    )
+    line = res.one("launch")
+    assert line.rc == 0, f"launch loop failed: {res.describe()}"
+    return float(line.kv["ms"])
+
+
+@pytest.mark.parametrize(("via", "binary"), [(None, "probe"), ("procaddr", "probe_dl")])
+def test_a_30_percent_limit_stretches_a_saturating_launch_loop_to_about_three_times(
+    gs, via, binary
+):
+    free = loop_ms(gs, via, None, binary)
+    limited = loop_ms(gs, via, "30", binary)
+    share = free / limited
+    # the 50 ms bucket lets the first ~15 ms of GPU work through at full speed: allow +0.06
+    assert 0.26 <= share <= 0.36, f"{free:.0f} ms free vs {limited:.0f} ms limited: {share:.3f}"
+
+
+def test_limit_100_means_no_limit(gs):
+    free = loop_ms(gs, None, None)
+    hundred = loop_ms(gs, None, "100")
+    assert hundred <= free * 1.2 + 20, f"SM limit 100 must not throttle: {hundred} vs {free} ms"
