@@ -167,9 +167,10 @@ CUresult gs_ctx_destroy(CUcontext ctx)
  * modules: ~84 MiB once PyTorch's first cuBLAS matmul ran on an H200). Where NVML lists this
  * process (same pid namespace, e.g. `gpuslice run`), its per-process used memory is the ground
  * truth: the part not covered by our charges is charged as overhead, re-read at most every
- * 500 ms from the allocation path. Where NVML shows other pids (a container), this is skipped. */
+ * 100 ms from the allocation path and on every cuMemGetInfo. Where NVML shows other pids (a
+ * container), this is skipped. */
 
-#define GS_RECONCILE_NS 500000000ull
+#define GS_RECONCILE_NS 100000000ull
 
 static uint64_t gs_overhead[GS_REGION_MAX_DEVICES];
 static uint64_t gs_reconcile_last[GS_REGION_MAX_DEVICES];
@@ -207,6 +208,9 @@ void gs_ctx_reconcile(int dev, int force)
     uint64_t target = nv > base ? nv - base : 0;
     if (target > gs_overhead[dev]) gs_account_charge(dev, target - gs_overhead[dev]);
     else if (target < gs_overhead[dev]) gs_account_release(dev, gs_overhead[dev] - target);
+    if (target != gs_overhead[dev])
+        GS_DEBUG("reconcile: driver overhead on device %d now %llu KiB (NVML says this process uses %llu MiB)", dev,
+                 (unsigned long long)(target >> 10), (unsigned long long)(nv >> 20));
     gs_overhead[dev] = target;
     pthread_mutex_unlock(&gs_ctx_lock);
 }

@@ -17,7 +17,7 @@ CUresult gs_info_mem_get_info(size_t *free_bytes, size_t *total_bytes)
     uint64_t limit = dev >= 0 ? gs_account_limit(dev) : 0;
     if (limit == 0) return rc;
     gs_pool_refresh_all();
-    gs_ctx_reconcile(dev, 0);
+    gs_ctx_reconcile(dev, 1);
     uint64_t used = gs_account_total(dev);
     uint64_t free_virtual = used < limit ? limit - used : 0;
     if (free_bytes && free_virtual < *free_bytes) *free_bytes = (size_t)free_virtual;
