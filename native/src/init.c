@@ -29,7 +29,13 @@ static void gs_init_run(void)
     const struct gs_config *cfg = gs_config_get();
     if (!cfg->valid) return;
     if (!cfg->mem_limited && cfg->sm_limit == 0) return;
-    if (gs_region_open(cfg) != 0) return;
+    if (gs_region_open(cfg) != 0) {
+        /* Never run unlimited because of a missing or foreign file: cap this process alone. */
+        if (gs_region_open_private(cfg) != 0) return;
+        GS_ERROR("region %s unusable (see above): enforcing the limits for this process alone, "
+                 "so processes of this container do not share one cap; fix the path to share it",
+                 cfg->region_path);
+    }
 #ifdef GS_HAVE_COMPUTE
     if (gs_compute_init() != 0) GS_WARN("compute: initialisation failed; kernels run without a compute limit");
 #endif

@@ -13,6 +13,8 @@
 
 /* Open (create + initialise under flock if needed) the region for cfg. 0 ok, -1 error (logged). */
 int gs_region_open(const struct gs_config *cfg);
+/* Fallback when the shared file cannot be used: the limits still hold, for this process alone. */
+int gs_region_open_private(const struct gs_config *cfg);
 /* The mapped region, or NULL when none is open. */
 struct gs_region_header *gs_region(void);
 /* Number of device blocks in use (header device_count), 0 without a region. */

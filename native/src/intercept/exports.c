@@ -6,7 +6,9 @@
 
 #include "config.h"
 #include "hooks.h"
+#include "init.h"
 #include "intercept.h"
+#include "region.h"
 
 /* (name is only stringified or pasted: cuda.h maps e.g. cuGetProcAddress to cuGetProcAddress_v2).
  * gs_export_<name> is a hidden alias of the exported entry, so cuGetProcAddress and dlsym hand
@@ -44,7 +46,11 @@ int gs_hook_kind_active(int kind)
     const struct gs_config *c = gs_config_get();
     switch (kind) {
     case GS_HOOK_ALWAYS: return 1;
-    case GS_HOOK_COMPUTE: return c->sm_limit > 0;
+    case GS_HOOK_COMPUTE: { /* the region's limit wins over this process's env */
+        gs_init(); /* opens the region if a limit is set (idempotent) */
+        const struct gs_region_header *h = gs_region();
+        return (h ? h->sm_limit : c->sm_limit) > 0;
+    }
     default: return c->mem_limited || !c->valid;
     }
 }

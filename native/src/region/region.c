@@ -49,7 +49,7 @@ static int gs_region_check(const struct gs_region_header *h, const char *path)
         h->header_size != sizeof(struct gs_region_header) || h->slot_size != sizeof(struct gs_region_slot) ||
         h->device_size != sizeof(struct gs_region_device) || h->max_slots != GS_REGION_MAX_SLOTS) {
         GS_ERROR("region %s: not a gpuslice region of layout version %u (magic %#llx, version %u); "
-                 "remove the file or set CUDA_DEVICE_MEMORY_SHARED_CACHE to another path; running without limits",
+                 "remove the file or set CUDA_DEVICE_MEMORY_SHARED_CACHE to another path",
                  path, GS_REGION_VERSION, (unsigned long long)h->magic, h->version);
         return -1;
     }
@@ -73,12 +73,24 @@ static void gs_region_compare(const struct gs_region_header *h, const struct gs_
                 path, h->sm_limit, cfg->sm_limit);
 }
 
+int gs_region_open_private(const struct gs_config *cfg)
+{
+    void *map = mmap(NULL, GS_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) {
+        GS_ERROR("private region: mmap: %s", strerror(errno));
+        return -1;
+    }
+    gs_region_fill(map, cfg);
+    __atomic_store_n(&gs_hdr, (struct gs_region_header *)map, __ATOMIC_RELEASE);
+    return 0;
+}
+
 int gs_region_open(const struct gs_config *cfg)
 {
     const char *path = cfg->region_path;
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) {
-        GS_ERROR("region %s: open: %s; check the directory exists and is writable; running without limits",
+        GS_ERROR("region %s: open: %s; check the directory exists and is writable",
                  path, strerror(errno));
         return -1;
     }
@@ -100,7 +112,7 @@ int gs_region_open(const struct gs_config *cfg)
     }
     if (!fresh && st.st_size != GS_REGION_SIZE) {
         GS_ERROR("region %s: size %lld, expected %u; remove the file or set CUDA_DEVICE_MEMORY_SHARED_CACHE to "
-                 "another path; running without limits", path, (long long)st.st_size, GS_REGION_SIZE);
+                 "another path", path, (long long)st.st_size, GS_REGION_SIZE);
         goto out;
     }
     map = mmap(NULL, GS_REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
