@@ -22,6 +22,8 @@ def loop_ms(gs, via: str | None, sm_limit: str | None, binary: str = "probe") ->
         binary=binary,
         limit="512MiB",
         extra=extra,
+        # one region per limit: a region keeps the limits of the process that created it
+        region=gs.tmp / f"sm-{sm_limit or 0}.region",
     )
     line = res.one("launch")
     assert line.rc == 0, f"launch loop failed: {res.describe()}"
