@@ -38,8 +38,10 @@ struct gs_sim_proc_cfg {
 
 struct gs_sim_cfg {
     int64_t n_procs, duration_ns, warmup_ns, bin_ns, timeslice_ns, seed;
-    int64_t launch_ns;    /* CPU cost of one launch */
+    int64_t launch_ns;    /* CPU cost of one launch (the GPU sees the kernel at its end) */
     int64_t event_ns;     /* extra CPU cost of the controller per launch (event record) */
+    int64_t submit_ns;    /* latency from a command's submission to the GPU seeing it; 0 = the
+                           * GPU sees every command at the instant of the call */
     int64_t sleep_slack_ns, min_sleep_ns, max_sleep_ns;
     int64_t use_board;
     struct gs_sim_proc_cfg proc[SIM_PROCS];
@@ -63,6 +65,7 @@ struct sim_event {
 
 struct sim_item {
     int64_t work, full;  /* remaining / total ns of service; 0 full = an event marker */
+    int64_t ready;       /* GPU-timeline time the command reaches the GPU */
     struct sim_event *ev;
     uint32_t gen;
 };
@@ -81,6 +84,7 @@ struct sim_proc {
     struct gs_board_client board;
     int alive, started, in_sync, blocked, next_stream;
     int64_t next, wait_acc, step_start, queued_ns;
+    int64_t submit_at;      /* when the commands being issued now reach the GPU */
     uint64_t rng;
     int64_t launches;
     int n_steps;
@@ -125,7 +129,8 @@ static void *sim_ev_record(void *ctx, uintptr_t stream, void *evp)
     }
     ev->gen++;
     ev->done = 0;
-    *sim_push(s) = (struct sim_item){.work = 0, .full = 0, .ev = ev, .gen = ev->gen};
+    *sim_push(s) = (struct sim_item){.work = 0, .full = 0, .ev = ev, .gen = ev->gen,
+                                     .ready = p->submit_at};
     return ev;
 }
 
@@ -188,6 +193,33 @@ static void sim_pop(struct sim *S, struct sim_proc *p, struct sim_stream *s)
     S->popped = 1;
 }
 
+static int sim_head_ready(struct sim *S, struct sim_stream *st)
+{
+    return st->len && st->q[st->head].ready <= S->now;
+}
+
+/* Work the GPU can run now (commands still in flight to the GPU do not count). */
+static int sim_ready_work(struct sim *S, struct sim_proc *p)
+{
+    for (int i = 0; i < SIM_STREAMS; i++)
+        if (sim_head_ready(S, &p->st[i]))
+            return 1;
+    return 0;
+}
+
+/* Earliest time a queued command that has not reached the GPU yet arrives. */
+static int64_t sim_next_arrival(struct sim *S)
+{
+    int64_t t = SIM_INF;
+    for (int j = 0; j < (int)S->c.n_procs; j++)
+        for (int i = 0; i < SIM_STREAMS; i++) {
+            struct sim_stream *st = &S->p[j].st[i];
+            if (st->len && st->q[st->head].ready > S->now && st->q[st->head].ready < t)
+                t = st->q[st->head].ready;
+        }
+    return t;
+}
+
 /* Complete events at the heads of the active context; switch context when it runs dry. */
 static void sim_settle(struct sim *S)
 {
@@ -195,15 +227,15 @@ static void sim_settle(struct sim *S)
         if (S->active >= 0) {
             struct sim_proc *p = &S->p[S->active];
             for (int i = 0; i < SIM_STREAMS; i++)
-                while (p->st[i].len && p->st[i].q[p->st[i].head].full == 0)
+                while (sim_head_ready(S, &p->st[i]) && p->st[i].q[p->st[i].head].full == 0)
                     sim_pop(S, p, &p->st[i]);
-            if (sim_has_work(p))
+            if (sim_ready_work(S, p))
                 return;
         }
         int from = S->active < 0 ? 0 : S->active + 1, next = -1;
         for (int k = 0; k < (int)S->c.n_procs && next < 0; k++) {
             int j = (from + k) % (int)S->c.n_procs;
-            if (sim_has_work(&S->p[j]))
+            if (sim_ready_work(S, &S->p[j]))
                 next = j;
         }
         if (next < 0) {
@@ -218,7 +250,7 @@ static void sim_settle(struct sim *S)
 static int sim_others_waiting(struct sim *S)
 {
     for (int j = 0; j < (int)S->c.n_procs; j++)
-        if (j != S->active && sim_has_work(&S->p[j]))
+        if (j != S->active && sim_ready_work(S, &S->p[j]))
             return 1;
     return 0;
 }
@@ -230,15 +262,18 @@ static void sim_gpu_advance(struct sim *S, int64_t target)
         sim_settle(S);
         if (S->any_blocked && S->popped)
             return;
+        int64_t t_arrive = sim_next_arrival(S);
         if (S->active < 0) {
-            S->now = target;
-            return;
+            S->now = t_arrive < target ? t_arrive : target;
+            if (S->now == target)
+                return;
+            continue;
         }
         struct sim_proc *p = &S->p[S->active];
         int n = 0;
         int64_t min_work = SIM_INF;
         for (int i = 0; i < SIM_STREAMS; i++)
-            if (p->st[i].len) {
+            if (sim_head_ready(S, &p->st[i])) {
                 n++;
                 if (p->st[i].q[p->st[i].head].work < min_work)
                     min_work = p->st[i].q[p->st[i].head].work;
@@ -248,22 +283,24 @@ static void sim_gpu_advance(struct sim *S, int64_t target)
         if (t_slice < S->now)
             t_slice = S->now;
         int64_t t_next = t_done < t_slice ? t_done : t_slice;
+        if (t_arrive < t_next)
+            t_next = t_arrive;
         int64_t until = t_next < target ? t_next : target;
         int64_t step = (until - S->now) / n;
         for (int i = 0; i < SIM_STREAMS; i++)
-            if (p->st[i].len)
+            if (sim_head_ready(S, &p->st[i]))
                 p->st[i].q[p->st[i].head].work -= step;
         S->now = until;
-        if (until == t_done)
-            for (int i = 0; i < SIM_STREAMS; i++)
-                if (p->st[i].len && p->st[i].q[p->st[i].head].work <= 0)
-                    sim_pop(S, p, &p->st[i]);
+        for (int i = 0; i < SIM_STREAMS; i++)
+            if (p->st[i].len && p->st[i].q[p->st[i].head].full > 0 &&
+                p->st[i].q[p->st[i].head].ready < until && p->st[i].q[p->st[i].head].work <= 0)
+                sim_pop(S, p, &p->st[i]);
         if (until == t_slice && sim_others_waiting(S)) {
             int from = S->active;
             S->active = -1; /* pick the next context with work, round-robin after this one */
             for (int k = 1; k <= (int)S->c.n_procs; k++) {
                 int j = (from + k) % (int)S->c.n_procs;
-                if (sim_has_work(&S->p[j])) {
+                if (sim_ready_work(S, &S->p[j])) {
                     S->active = j;
                     break;
                 }
@@ -355,13 +392,17 @@ static void sim_proc_run(struct sim *S, struct sim_proc *p)
                 S->out[p - S->p].max_wait_ns = p->wait_acc;
             p->wait_acc = 0;
         }
+        p->submit_at = S->now + c->submit_ns;
         gs_meter_before(&p->meter, (uintptr_t)s, S->now);
     }
+    /* with latency the kernel leaves at the end of its launch call; submit_ns 0 = instantly */
+    int64_t issued = c->submit_ns ? S->now + (limited ? c->event_ns : 0) + c->launch_ns : S->now;
     for (int i = 0; i < k; i++) {
         int64_t w = sim_kernel_ns(p);
-        *sim_push(&p->st[s]) = (struct sim_item){.work = w, .full = w};
+        *sim_push(&p->st[s]) = (struct sim_item){.work = w, .full = w, .ready = issued + c->submit_ns};
         p->queued_ns += w;
     }
+    p->submit_at = issued + c->submit_ns;
     if (limited)
         gs_meter_after(&p->meter, (uintptr_t)s, k > 1 ? GS_LAUNCH_GRAPH : GS_LAUNCH_KERNEL,
                        S->now);

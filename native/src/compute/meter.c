@@ -164,7 +164,14 @@ int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
         return GS_METER_POLL_NS; /* GPU far behind, or cost still unknown: measure first */
     if (m->borrowing)
         return m->inflight_ns > GS_METER_BORROW_INFLIGHT_NS ? GS_METER_POLL_NS : 0;
-    return gs_budget_wait_ns(m->dev, m->pct, now, m->inflight_ns);
+    int64_t wait = gs_budget_wait_ns(m->dev, m->pct, now, m->inflight_ns);
+    if (wait > 0) { /* held back: sleep until a quantum more has accrued (re-planned each call) */
+        int64_t quantum = GS_BUDGET_WINDOW_NS * m->pct / 100 / 5;
+        if (quantum > GS_METER_QUANTUM_NS)
+            quantum = GS_METER_QUANTUM_NS;
+        m->held_until = now + gs_budget_wait_ns(m->dev, m->pct, now, m->inflight_ns + quantum);
+    }
+    return now < m->held_until ? m->held_until - now : 0;
 }
 
 static int gs_meter_full(const struct gs_batch *b, int64_t now)

@@ -25,6 +25,13 @@
 #define GS_METER_POLL_NS 100000LL        /* wait step when the GPU is behind */
 #define GS_METER_EVENT_NS 100000LL       /* re-record the end event every ~100 us of GPU work */
 #define GS_METER_BORROW_INFLIGHT_NS 5000000LL /* queue bound while borrowing */
+/* Once held back, a process sleeps until the bucket would also hold this much GPU time, so
+ * each wake-up releases ~0.5 ms of work: the per-wake costs that events cannot separate from
+ * work (the stream restarts idle: launch latency, the first kernel's submission) are paid once
+ * per 0.5 ms of work instead of once per few kernels. At the wake-up the usual rule applies
+ * (bucket - in flight >= 0), so processes sharing a bucket cannot starve each other. Never
+ * more than a fifth of the bucket. */
+#define GS_METER_QUANTUM_NS 500000LL
 
 enum gs_launch_kind { GS_LAUNCH_KERNEL = 0, GS_LAUNCH_GRAPH = 1 };
 
@@ -63,6 +70,7 @@ struct gs_meter {
     struct gs_compute_proc *proc;    /* this process's slot (may be NULL in tests) */
     int pct;                         /* 1..99 */
     int work_conserving, priority, borrowing;
+    int64_t held_until;              /* held back: sleep until then (a quantum accrues) */
     struct gs_batch open[GS_METER_STREAMS];
     int n_open;
     struct gs_batch pending[GS_METER_PENDING];
