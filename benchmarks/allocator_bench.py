@@ -5,6 +5,8 @@ Builds a seeded random cluster (node models mixed 80/48/24 GB, one model per nod
 `--slices` random single-GPU slices through ClusterState.assign, then times
 filter+prioritize of several pod shapes (small, large-memory, multi-GPU, typed, exclusive,
 percent, multi-container) over all nodes with time.perf_counter_ns.
+One untimed warm-up call per shape comes first (the first filter after the node set changes
+builds the NodeTable, O(nodes x GPUs); reported as first_call_ms, as is the table build).
 `--naive N` also times N rounds of a per-GPU scan of every node (fit.place / explain) for the
 ratio. Prints a table, or with --json one JSON object.
 Usage: python benchmarks/allocator_bench.py [--json] [--nodes 5000 --gpus 8 --slices 40000
@@ -36,9 +38,10 @@ from gpuslice.model import (
     SliceRequest,
 )
 
-TARGET = ("small", "large-memory", "multi-gpu", "typed", "exclusive", "percent")
-"""Single-container shapes: the top-level p50/p99. Multi-container pods (per-GPU search on
-every node) are reported per shape and in p99_all_shapes_ms."""
+TARGET = ("small", "large-memory", "multi-gpu", "typed", "exclusive", "percent",
+          "multi-container")
+"""Shapes behind the top-level p50/p99: all of them (multi-container pods are decided from the
+node summaries too). `p99_single_container_ms` keeps the earlier single-container figure."""
 MODELS = (("NVIDIA H100 80GB HBM3", 81920), ("NVIDIA L40S", 49152), ("NVIDIA A10", 24576))
 
 
@@ -129,6 +132,11 @@ def main() -> int:
     shapes = pods()
     times: dict[str, list[float]] = {k: [] for k in shapes}
     fits: dict[str, int] = {}
+    first: dict[str, float] = {}
+    for k, pod in shapes.items():  # warm-up: what a long-running extender has already done
+        t0 = time.perf_counter_ns()
+        st.prioritize(pod, policy, st.filter(pod, policy).fits)
+        first[k] = (time.perf_counter_ns() - t0) / 1e6
     for _ in range(a.repeat):
         for k, pod in shapes.items():
             t0 = time.perf_counter_ns()
@@ -149,15 +157,18 @@ def main() -> int:
             naive[k].append((time.perf_counter_ns() - t0) / 1e6)
     every = [t for k, v in times.items() if k in TARGET for t in v]
     all_calls = [t for v in times.values() for t in v]
+    single = [t for k, v in times.items() if k != "multi-container" for t in v]
     out = {
         "nodes": a.nodes, "gpus": a.gpus, "slices": a.slices, "repeats": a.repeat,
         "policy": policy.name, "calls": len(every),
         "p50_ms": round(pct(every, 0.5), 3), "p99_ms": round(pct(every, 0.99), 3),
         "max_ms": round(max(every), 3), "p99_all_shapes_ms": round(pct(all_calls, 0.99), 3),
+        "p99_single_container_ms": round(pct(single, 0.99), 3),
         "percentiles_over": list(TARGET), "gc_freeze": not a.no_gc_freeze,
         "build_assign_s": round(build_s, 2),
         "python": platform.python_version(), "machine": platform.machine(),
         "shapes": {k: {"p50_ms": round(pct(v, 0.5), 3), "p99_ms": round(pct(v, 0.99), 3),
+                       "max_ms": round(max(v), 3), "first_call_ms": round(first[k], 3),
                        "fitting_nodes": fits[k],
                        **({"naive_p50_ms": round(pct(naive[k], 0.5), 1)} if naive[k] else {})}
                    for k, v in times.items()},
@@ -167,12 +178,13 @@ def main() -> int:
         return 0
     print(f"{a.nodes} nodes x {a.gpus} GPUs, {a.slices} slices, policy {policy.name}, "
           f"{a.repeat} rounds, Python {out['python']} (build+assign {build_s:.1f} s)")
-    print(f"{'pod shape':<16} {'fit nodes':>9} {'p50 ms':>8} {'p99 ms':>8}"
-          + (f" {'naive p50':>10}" if a.naive else ""))
+    print(f"{'pod shape':<16} {'fit nodes':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+          f"{'1st call':>8}" + (f" {'naive p50':>10}" if a.naive else ""))
     for k, v in out["shapes"].items():
-        print(f"{k:<16} {v['fitting_nodes']:>9} {v['p50_ms']:>8.2f} {v['p99_ms']:>8.2f}"
+        print(f"{k:<16} {v['fitting_nodes']:>9} {v['p50_ms']:>8.2f} {v['p99_ms']:>8.2f} "
+              f"{v['max_ms']:>8.2f} {v['first_call_ms']:>8.2f}"
               + (f" {v['naive_p50_ms']:>10.1f}" if a.naive else ""))
-    print(f"{'single-container':<16} {'':>9} {out['p50_ms']:>8.2f} {out['p99_ms']:>8.2f}"
+    print(f"{'target shapes':<16} {'':>9} {out['p50_ms']:>8.2f} {out['p99_ms']:>8.2f}"
           f"   (mean {statistics.mean(every):.2f}; gc.freeze {out['gc_freeze']})")
     print(f"{'all shapes':<16} {'':>9} {pct(all_calls, 0.5):>8.2f} {pct(all_calls, 0.99):>8.2f}")
     return 0

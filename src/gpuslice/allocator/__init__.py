@@ -3,8 +3,10 @@
 Modules, in the order to read them:
   state.py       ClusterState: the public entry point (nodes, filter/prioritize/schedule,
                  assign/release, gpu_usage)
-  usage.py       footprints (the lifecycle rule), NodeSnapshot summaries, AllocationError
-  fit.py         fit check, GPU choice (`place`), Placement, Rejection and its reasons
+  usage.py       `footprint` (public: the lifecycle rule, what a pod holds per GPU; the
+                 simulator charges it too), NodeSnapshot summaries, NodeTable, AllocationError
+  fit.py         fit check (summary Gate, then per-GPU), GPU choice (`place`: greedy, then a
+                 bounded backtracking search), Placement, Rejection and its reasons
   score.py       node scores 0..10 and the tie-break
   policies/      registry + presets + parse_policy; one module per policy
 No I/O, no clocks, no randomness; iteration is always in sorted or inventory order.
@@ -14,7 +16,7 @@ Tests: tests/unit/allocator/
 from gpuslice.allocator.fit import REASONS, FilterResult, Placement, Rejection
 from gpuslice.allocator.policies import Policy, parse_policy
 from gpuslice.allocator.state import ClusterState
-from gpuslice.allocator.usage import AllocationError, GPUUsage
+from gpuslice.allocator.usage import AllocationError, GPUUsage, Use, footprint
 
 __all__ = [
     "REASONS",
@@ -25,5 +27,7 @@ __all__ = [
     "Placement",
     "Policy",
     "Rejection",
+    "Use",
+    "footprint",
     "parse_policy",
 ]

@@ -1,6 +1,7 @@
 """Node scores (0..10) for fitting nodes and the deterministic choice of the best one.
 
-Owns: `prioritize` (node policy applied to each placement's fullness after placement) and
+Owns: `prioritize` (node policy applied to each placement's fullness after placement, via
+the policy's `line` in one pass; equal to `score` by test) and
 `best` (score desc, then the node policy's finer rank desc, then node name asc).
 Does not: decide fit (fit.py). Fullness: memory and cores of the healthy GPUs, weighted
 equally, including the pod (usage.NodeSnapshot.fullness).
@@ -30,7 +31,19 @@ def fullness(fits: Mapping[str, Placement]) -> dict[str, float]:
 
 
 def prioritize(node: NodePolicy, fits: Mapping[str, Placement]) -> dict[str, int]:
-    return node.score_all(fullness(fits))
+    """node -> score 0..10: `fullness` and `node.score` fused in one pass (the hot path)."""
+    base, slope = node.line
+    score = node.score
+    out = {}
+    for name, pl in fits.items():
+        add = pl._add
+        if add is None:
+            f = pl.fullness()
+        else:
+            used_mem, per_mib, used_cores, per_core = pl.snapshot.weights
+            f = (used_mem + add[0]) * per_mib + (used_cores + add[1]) * per_core
+        out[name] = int(base + slope * f) if 0.0 <= f <= 1.0 else score(f)
+    return out
 
 
 def best(node: NodePolicy, fits: Mapping[str, Placement]) -> Placement | None:

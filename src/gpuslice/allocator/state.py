@@ -5,10 +5,12 @@ Does not: talk to Kubernetes (the extender rebuilds a ClusterState from annotati
 so `assign` accepts any valid assignment, whichever policy chose it).
 Invariants: per-GPU usage == sum of the footprints of the committed pods (usage.py's lifecycle
 rule); no GPU is over-committed in memory, cores or slots; every node's NodeSnapshot is
-rebuilt on each change to it (O(GPUs of that node)), so filter reads summaries only.
+rebuilt on each change to it (O(GPUs)) and its NodeTable row updated (the table is rebuilt
+lazily when the node set changes), so a filter over all nodes reads summary columns first;
+prepared pods (fit.prepare, pure) are reused, at most _PREPARED kept.
 Failure: `assign` raises AllocationError listing every problem and leaves the state as it was.
 Health is not checked on assign (a GPU may turn unhealthy under running pods).
-Tests: tests/unit/allocator/test_state.py, test_fit_properties.py
+Tests: tests/unit/allocator/test_state.py, test_fit_properties.py, test_search_properties.py
 """
 
 from __future__ import annotations
@@ -22,12 +24,16 @@ from gpuslice.allocator.usage import (
     AllocationError,
     GPUUsage,
     NodeSnapshot,
+    NodeTable,
     Use,
     add_use,
     footprint,
     sum_use,
 )
 from gpuslice.model import EXCLUSIVE_CORES, NodeInventory, PodAssignment, PodRequest
+
+_PREPARED = 256
+"""Prepared pods (validated plan + GPU policy + Gate; pure values) kept for re-filtering."""
 
 
 class ClusterState:
@@ -41,6 +47,8 @@ class ClusterState:
         self._fp: dict[str, dict[str, Use]] = {}
         self._node_pods: dict[str, set[str]] = {}
         self._names: list[str] | None = []
+        self._table: NodeTable | None = None
+        self._prepared: dict[tuple[PodRequest, Policy], fit._Ctx] = {}
 
     # -- nodes ---------------------------------------------------------------------------
     def add_node(self, inv: NodeInventory) -> list[str]:
@@ -58,7 +66,7 @@ class ClusterState:
         for k in dropped:
             self._forget(k)
         if inv.node not in self._inv:
-            self._names = None
+            self._names = self._table = None
         self._inv[inv.node] = inv
         pods = self._node_pods.setdefault(inv.node, set())
         self._use[inv.node] = sum_use(inv.gpus, (self._fp[k] for k in sorted(pods)))
@@ -71,7 +79,7 @@ class ClusterState:
         for k in dropped:
             del self._pods[k], self._fp[k]
         if self._inv.pop(name, None) is not None:
-            self._names = None
+            self._names = self._table = None
         self._use.pop(name, None)
         self._snap.pop(name, None)
         return dropped
@@ -86,13 +94,24 @@ class ClusterState:
         return self._snap[name]
 
     def _rebuild(self, name: str) -> None:
-        self._snap[name] = NodeSnapshot(self._inv[name], self._use[name])
+        snap = self._snap[name] = NodeSnapshot(self._inv[name], self._use[name])
+        if self._table is not None and not self._table.update(snap):
+            self._table = None
 
     # -- placement -----------------------------------------------------------------------
     def filter(self, pod: PodRequest, policy: Policy,
                nodes: Iterable[str] | None = None) -> FilterResult:
-        names = self.nodes() if nodes is None else nodes
-        return fit.filter_nodes(self._snap, names, pod, policy)
+        key = (pod, policy)
+        ctx = self._prepared.get(key)
+        if ctx is None:  # a pod is often filtered again (retries, filter then prioritize)
+            if len(self._prepared) >= _PREPARED:
+                self._prepared.clear()
+            ctx = self._prepared[key] = fit.prepare(pod, policy)
+        if nodes is None:  # every node: the column table decides most of them in bulk
+            if self._table is None:
+                self._table = NodeTable(self._snap)
+            return fit.filter_nodes(self._snap, self._table.names, ctx, self._table)
+        return fit.filter_nodes(self._snap, nodes, ctx)
 
     def prioritize(self, pod: PodRequest, policy: Policy,
                    fits: dict[str, Placement]) -> dict[str, int]:
@@ -113,7 +132,7 @@ class ClusterState:
             raise AllocationError(f"pod {pod_key}: node {name!r} is not in the GPU inventory; "
                                   "add the node before assigning pods to it")
         gpus = {g.uuid: g for g in inv.gpus}
-        fp = footprint(pod_key, assignment, gpus)
+        fp = footprint(assignment, gpus, pod_key=pod_key)
         old = self._fp.get(pod_key) if pod_key in self._node_pods.get(name, ()) else None
         snap = self._snap[name]
         problems = []

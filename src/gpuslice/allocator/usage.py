@@ -1,8 +1,8 @@
-"""Per-GPU usage, pod footprints and the immutable per-node snapshot placement reads.
+"""Per-GPU usage, pod footprints, per-node snapshots and the column table placement reads.
 
-Owns: `footprint` (what one pod holds on each GPU, from its assignment alone), `NodeSnapshot`
-(a node's GPUs + usage + summaries), `GPUUsage`, `AllocationError`.
-Does not: choose GPUs (fit.py) or track pods (state.py).
+Owns: `footprint` (public: what a pod holds per GPU, from its assignment; the simulator uses
+it too), `Use`, `NodeSnapshot` (a node's GPUs + usage + summaries), `NodeTable` (summaries as
+columns, for the filter's bulk test), `GPUUsage`, `AllocationError`. Not: GPU choice, pods.
 Lifecycle rule: INIT containers run one at a time before the others; SIDECARs and APPs run
 together. On each GPU, per dimension (memory, cores, slots),
     footprint = max(app phase = sidecars + apps, max over inits of (init + sidecars)),
@@ -11,12 +11,12 @@ footprints of the pods on it; since no phase ever exceeds its footprint, usage w
 capacity means no instant is over-committed. An exclusive slice is alone in its phase on
 its GPU, and an exclusive footprint is alone on its GPU (no other pod).
 Invariants: snapshots never change after construction (lazy placements may keep them).
-Tests: tests/unit/allocator/test_state.py, test_fit_properties.py
+Tests: tests/unit/allocator/test_state.py, test_fit_properties.py, test_usage.py
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import msgspec
@@ -41,12 +41,12 @@ class GPUUsage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Use(NamedTuple):
-    """A footprint (one pod on one GPU) or a sum of footprints."""
+    """A footprint (one pod on one GPU) or a sum of footprints (a GPU's usage)."""
 
-    mem: int
-    cores: int
-    slots: int
-    excl: int  # number of exclusive footprints (0 or 1 on a valid GPU)
+    mem: int  # MiB
+    cores: int  # percent of one GPU
+    slots: int  # slices counted against GPU.split_count
+    excl: int  # exclusive footprints: 0 or 1 for one pod, and on any valid GPU
 
 
 class _Phase:
@@ -56,8 +56,17 @@ class _Phase:
         self.mem = self.cores = self.slots = self.excl = 0
 
 
-def footprint(pod_key: str, assignment: PodAssignment, gpus: dict[str, GPU]) -> dict[str, Use]:
-    """uuid -> what the pod holds there. AllocationError if a slice is malformed or unknown."""
+def footprint(assignment: PodAssignment, gpus: Mapping[str, GPU] | None = None, *,
+              pod_key: str | None = None) -> dict[str, Use]:
+    """What a pod holds on each GPU (uuid -> Use, sorted by uuid), by the lifecycle rule above.
+
+    The one implementation of the rule: ClusterState charges exactly this, and the simulator
+    integrates it over time. `gpus` (uuid -> GPU of the node), when given, also rejects slices
+    on GPUs it does not list. Raises AllocationError naming the pod (`pod_key`, else the node),
+    container and GPU for a slice listed twice in a container, out-of-range memory or cores,
+    or an exclusive slice sharing its GPU with another slice of the same phase.
+    """
+    who = f"pod {pod_key}" if pod_key is not None else f"pod on node {assignment.node!r}"
     problems: list[str] = []
     app: dict[str, _Phase] = {}
     side: dict[str, _Phase] = {}
@@ -68,17 +77,18 @@ def footprint(pod_key: str, assignment: PodAssignment, gpus: dict[str, GPU]) -> 
         if c.kind is ContainerKind.INIT:
             inits.append((c.container, own))
         for s in c.slices:
-            where = f"pod {pod_key} container {c.container!r} GPU {s.uuid!r}"
-            if s.uuid not in gpus:
-                problems.append(f"{where}: not a GPU of node {assignment.node!r}")
-                continue
-            if s.uuid in seen:
-                problems.append(f"{where}: listed twice; a container needs distinct GPUs")
-                continue
-            seen.add(s.uuid)
-            if s.memory_mib < 0 or not 0 <= s.cores <= EXCLUSIVE_CORES:
-                problems.append(f"{where}: memory_mib={s.memory_mib} cores={s.cores} out of range "
-                                f"(memory >= 0, cores 0..{EXCLUSIVE_CORES})")
+            bad = None
+            if gpus is not None and s.uuid not in gpus:
+                bad = f"not a GPU of node {assignment.node!r}"
+            elif s.uuid in seen:
+                bad = "listed twice; a container needs distinct GPUs"
+            else:
+                seen.add(s.uuid)
+                if s.memory_mib < 0 or not 0 <= s.cores <= EXCLUSIVE_CORES:
+                    bad = (f"memory_mib={s.memory_mib} cores={s.cores} out of range "
+                           f"(memory >= 0, cores 0..{EXCLUSIVE_CORES})")
+            if bad is not None:
+                problems.append(f"{who} container {c.container!r} GPU {s.uuid!r}: {bad}")
                 continue
             targets = [own] if c.kind is ContainerKind.INIT else [app]
             if c.kind is ContainerKind.SIDECAR:
@@ -105,7 +115,7 @@ def footprint(pod_key: str, assignment: PodAssignment, gpus: dict[str, GPU]) -> 
         for u in sorted(ph):
             p = ph[u]
             if p.excl and p.slots > 1:
-                problems.append(f"pod {pod_key} GPU {u}: an exclusive slice shares it with another "
+                problems.append(f"{who} GPU {u}: an exclusive slice shares it with another "
                                 f"slice in the {label}; give the exclusive container its own GPU")
             acc = out.setdefault(u, [0, 0, 0, 0])
             acc[0] = max(acc[0], p.mem)
@@ -121,15 +131,15 @@ class NodeSnapshot:
     """One node's GPUs and usage at one moment, with the summaries that reject most pods early.
 
     Summaries (over healthy GPUs): n_healthy; n_open (not held exclusively); n_slot (open and
-    a slot free); `free`: (free MiB, free cores, idle, MiB total, pos) of every slot GPU,
-    most free memory first; models: sorted distinct models of healthy GPUs.
+    a slot free); `free`: (free MiB, free cores, idle, MiB total, pos, free slots) of every
+    slot GPU, most free memory first; models: sorted distinct models of healthy GPUs.
     """
 
     __slots__ = (
         "cap_cores", "cap_mem", "cores", "excl", "free", "gpus", "half_per_core",
         "half_per_mib", "healthy_pos", "idle_prefix", "max_free_mem", "mem", "min_cores_prefix",
         "models", "n_healthy", "n_open", "n_slot", "n_total", "name", "pos", "slots",
-        "uniform_mem", "used_cores", "used_mem",
+        "uniform_mem", "used_cores", "used_mem", "weights",
     )
 
     def __init__(self, inv: NodeInventory, use: Sequence[Use]) -> None:
@@ -142,7 +152,7 @@ class NodeSnapshot:
         self.excl = tuple(u.excl > 0 for u in use)
         self.n_total = len(inv.gpus)
         n_healthy = n_open = cap_mem = used_mem = used_cores = 0
-        free: list[tuple[int, int, bool, int, int]] = []
+        free: list[tuple[int, int, bool, int, int, int]] = []
         models: set[str] = set()
         sizes: set[int] = set()
         for p, (g, u) in enumerate(zip(inv.gpus, use, strict=True)):
@@ -159,7 +169,7 @@ class NodeSnapshot:
             n_open += 1
             if u.slots < g.split_count:
                 free.append((g.memory_mib - u.mem, EXCLUSIVE_CORES - u.cores, u.slots == 0,
-                             g.memory_mib, p))
+                             g.memory_mib, p, g.split_count - u.slots))
         free.sort(key=lambda t: (-t[0], t[4]))
         self.n_healthy = n_healthy
         self.healthy_pos = tuple(p for p, g in enumerate(inv.gpus) if g.healthy)
@@ -185,6 +195,7 @@ class NodeSnapshot:
         self.used_cores = used_cores
         self.half_per_mib = 0.5 / cap_mem if cap_mem else 0.0  # fullness weights (0.5 each)
         self.half_per_core = 0.5 / self.cap_cores if n_healthy else 0.0
+        self.weights = (used_mem, self.half_per_mib, used_cores, self.half_per_core)
 
     def fullness(self, add_mem: int = 0, add_cores: int = 0) -> float:
         """How full the healthy GPUs are (memory and cores weighted equally), 0..1."""
@@ -210,3 +221,56 @@ def sum_use(gpus: Sequence[GPU], fps: Iterable[dict[str, Use]]) -> list[Use]:
         for u, f in fp.items():
             use[pos[u]] = add_use(use[pos[u]], f, 1)
     return use
+
+
+class NodeTable:
+    """Every node's snapshot in name order, with the summaries the filter's bulk test reads
+    laid out as columns (one list per rank k of a node's slot GPUs, most free memory first).
+
+    free_mem[k][i]: free MiB of node i's (k+1)-th slot GPU, -1 if it has no such GPU;
+    min_cores[k][i]: least free cores over its first k+1 slot GPUs (-1 if none);
+    all_idle[k][i]: whether those k+1 are all idle. `models` and `uniform_mem` are per node.
+    Kept current by ClusterState on every node change (`update`, O(width)); rebuilt when the
+    set of nodes changes or a node is wider than the table.
+    """
+
+    __slots__ = ("all_idle", "free_mem", "index", "min_cores", "model_sets", "models", "names",
+                 "snaps", "uniform_mem", "width")
+
+    def __init__(self, snaps: Mapping[str, NodeSnapshot]) -> None:
+        self.names = sorted(snaps)
+        self.snaps = [snaps[n] for n in self.names]
+        self.index = {n: i for i, n in enumerate(self.names)}
+        n = len(self.names)
+        self.width = max((s.n_total for s in self.snaps), default=0)
+        self.free_mem = [[-1] * n for _ in range(self.width)]
+        self.min_cores = [[-1] * n for _ in range(self.width)]
+        self.all_idle = [[False] * n for _ in range(self.width)]
+        self.models: list[tuple[str, ...]] = [()] * n
+        self.uniform_mem = [0] * n
+        self.model_sets: set[tuple[str, ...]] = set()
+        for i, s in enumerate(self.snaps):
+            self._fill(i, s)
+
+    def update(self, s: NodeSnapshot) -> bool:
+        """Take a node's new snapshot; False if the table must be rebuilt instead."""
+        i = self.index.get(s.name)
+        if i is None or s.n_total > self.width:
+            return False
+        self.snaps[i] = s
+        self._fill(i, s)
+        return True
+
+    def _fill(self, i: int, s: NodeSnapshot) -> None:
+        free, mcp, idp = s.free, s.min_cores_prefix, s.idle_prefix
+        for k in range(self.width):
+            if k < len(free):
+                self.free_mem[k][i] = free[k][0]
+                self.min_cores[k][i] = mcp[k]
+                self.all_idle[k][i] = idp[k]
+            else:
+                self.free_mem[k][i] = self.min_cores[k][i] = -1
+                self.all_idle[k][i] = False
+        self.models[i] = s.models
+        self.model_sets.add(s.models)
+        self.uniform_mem[i] = s.uniform_mem

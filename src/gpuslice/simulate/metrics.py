@@ -1,9 +1,9 @@
 """What a replay measures: per-GPU usage over time and the numbers of one policy's report.
 
-Owns: a pod's footprint per GPU (the allocator's lifecycle rule, recomputed from its assignment),
-the time-weighted integrals (memory, cores, stranded memory), wait-time percentiles, the Metrics
-struct and its definitions (docs/simulate.md, section 'Metrics', states them in prose).
-Does not: place or order events (engine.py) or render (report.py).
+Owns: the time-weighted integrals (memory, cores, stranded memory), wait-time percentiles, the
+Metrics struct and its definitions (docs/simulate.md, section 'Metrics', states them in prose).
+Does not: place or order events (engine.py), render (report.py), or define what a pod holds on
+a GPU: that is the allocator's public `footprint` (its lifecycle rule), charged here unchanged.
 Invariants: usage is a step function that changes only at events; means integrate it over
 [first arrival, last departure]; peaks are over states held for a positive time; fractions in 0..1.
 Failure: none expected; engine.py checks this usage against the allocator's in tests.
@@ -18,55 +18,10 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from gpuslice.model import EXCLUSIVE_CORES, GPU, ContainerKind, PodAssignment, PodRequest
+from gpuslice.allocator import Use, footprint
+from gpuslice.model import EXCLUSIVE_CORES, GPU, PodAssignment, PodRequest
 
-__all__ = ["Footprint", "Metrics", "UsageTracker", "footprint", "memory_threshold",
-           "nearest_rank"]
-
-
-class Footprint(msgspec.Struct, frozen=True):
-    """What one pod holds on one GPU while it runs."""
-
-    memory_mib: int
-    cores: int
-    slots: int
-    exclusive: bool
-
-
-def footprint(assignment: PodAssignment) -> dict[str, Footprint]:
-    """Per GPU UUID: max(app phase = sidecars + apps, each init + sidecars), per dimension.
-
-    Init containers run one at a time before the app containers, so they never overlap with
-    them; sidecars live through both phases. This is the allocator's rule (allocator/ header).
-    """
-    app: dict[str, list[int]] = {}
-    side: dict[str, list[int]] = {}
-    inits: list[dict[str, list[int]]] = []
-    for c in assignment.containers:
-        if c.kind is ContainerKind.INIT:
-            inits.append({})
-            targets = [inits[-1]]
-        elif c.kind is ContainerKind.SIDECAR:
-            targets = [app, side]
-        else:
-            targets = [app]
-        for s in c.slices:
-            for t in targets:
-                acc = t.setdefault(s.uuid, [0, 0, 0, 0])
-                acc[0] += s.memory_mib
-                acc[1] += s.cores
-                acc[2] += 1
-                acc[3] |= s.cores >= EXCLUSIVE_CORES
-    out: dict[str, Footprint] = {}
-    for uuid in sorted({u for phase in (app, *inits) for u in phase}):
-        phases = [app.get(uuid, [0, 0, 0, 0])]
-        base = side.get(uuid, [0, 0, 0, 0])
-        phases += [[a + b for a, b in zip(i[uuid], base, strict=True)] for i in inits if uuid in i]
-        out[uuid] = Footprint(memory_mib=max(p[0] for p in phases),
-                              cores=max(p[1] for p in phases),
-                              slots=max(p[2] for p in phases),
-                              exclusive=any(p[3] for p in phases))
-    return out
+__all__ = ["Metrics", "UsageTracker", "memory_threshold", "nearest_rank"]
 
 
 def memory_threshold(pods: Iterable[PodRequest], gpus: Sequence[GPU]) -> int:
@@ -116,7 +71,7 @@ class UsageTracker:
         self.now: float | None = None
         self.area_mem = self.area_cores = self.area_frag = 0.0
         self.peak_mem = self.peak_cores = 0.0
-        self._held: dict[str, dict[str, Footprint]] = {}
+        self._held: dict[str, dict[str, Use]] = {}
 
     def _stranded(self, i: int) -> int:
         """Free MiB on GPU i that the median job could not use (0 if it could)."""
@@ -148,15 +103,15 @@ class UsageTracker:
             self.peak_cores = max(self.peak_cores, cores)
             self.now = t
 
-    def _apply(self, fp: dict[str, Footprint], sign: int) -> None:
+    def _apply(self, fp: dict[str, Use], sign: int) -> None:
         for uuid, f in fp.items():
             i = self.index[uuid]
             self.stranded_mib -= self._stranded(i)
-            self.mem[i] += sign * f.memory_mib
+            self.mem[i] += sign * f.mem
             self.cores[i] += sign * f.cores
             self.slots[i] += sign * f.slots
-            self.excl[i] += sign * int(f.exclusive)
-            self.used_mib += sign * f.memory_mib
+            self.excl[i] += sign * f.excl
+            self.used_mib += sign * f.mem
             self.used_cores += sign * f.cores
             self.stranded_mib += self._stranded(i)
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from alloc_helpers import gpu, node, one, pod, req, state
 
 from gpuslice.allocator import parse_policy
 from gpuslice.allocator.policies import GPU, NODE, PRESETS
 from gpuslice.errors import RequestError
+from gpuslice.model import GPU as GPU_
 from gpuslice.model import GPU_POLICIES, NODE_POLICIES, NodeInventory
 
 
@@ -113,3 +116,35 @@ def test_score_all_equals_score_for_every_node_policy():
         assert pol.score_all(fulls) == {k: pol.score(f) for k, f in fulls.items()}
         assert all(0 <= v <= 10 for v in pol.score_all(fulls).values())
 
+
+
+def test_every_node_policys_line_gives_exactly_its_score_on_0_to_1():
+    rng = random.Random(3)
+    fulls = [i / 1000 for i in range(1001)] + [i / 20 for i in range(21)] + [
+        rng.random() for _ in range(5000)] + [0.35, 0.45, 0.05, 0.95]  # x.5 boundaries too
+    for pol in NODE.values():
+        base, slope = pol.line
+        bad = [f for f in fulls if int(base + slope * f) != pol.score(f)]
+        assert not bad, f"{pol.name}: prioritize's one-pass formula differs from score at {bad[:3]}"
+
+
+@pytest.mark.parametrize("name", sorted(GPU))
+def test_a_pre_first_gpu_policy_takes_the_smallest_pre_values(name):
+    rng = random.Random(7)
+    pol = GPU[name]
+    uu = [f"g{i}" for i in range(8)]
+    gpus = [GPU_(uuid=uu[i], model="m", memory_mib=1000, index=i, numa_node=rng.choice((0, 1)),
+                 nvlink_peers=tuple(rng.sample(uu, 3))) for i in range(8)]
+    checked = 0
+    for _ in range(300):
+        ps = rng.sample(range(8), rng.randint(1, 8))
+        cands = [(rng.choice((0, 0, 100, 500)), rng.randrange(1000), rng.randrange(100), p, p)
+                 for p in ps]
+        count = rng.randint(1, len(cands))
+        if not pol.pre_first(count):
+            continue
+        checked += 1
+        chosen = pol.choose(cands, count, gpus)
+        assert sorted(c[0] for c in chosen) == sorted(c[0] for c in cands)[:count], \
+            "pre_first promises no larger PRE is taken while a smaller one is left"
+    assert checked > 50, "pre_first holds for single GPUs at least"

@@ -1,7 +1,9 @@
-"""Footprints, the median request, percentiles and the time-weighted usage tracker."""
+"""The median request, percentiles and the time-weighted usage tracker (footprints: the
+allocator's, tested in tests/unit/allocator/test_usage.py)."""
 
 from __future__ import annotations
 
+from gpuslice.allocator import footprint
 from gpuslice.model import (
     GPU,
     ContainerAssignment,
@@ -11,13 +13,7 @@ from gpuslice.model import (
     PodRequest,
     SliceRequest,
 )
-from gpuslice.simulate.metrics import (
-    Footprint,
-    UsageTracker,
-    footprint,
-    memory_threshold,
-    nearest_rank,
-)
+from gpuslice.simulate.metrics import UsageTracker, memory_threshold, nearest_rank
 
 A, B = "GPU-a", "GPU-b"
 
@@ -28,31 +24,23 @@ def _c(name: str, kind: ContainerKind, *slices: tuple[str, int, int]) -> Contain
                                             for u, m, c in slices))
 
 
-def test_an_init_container_overlaps_only_with_sidecars_not_with_the_app() -> None:
+def test_the_tracker_charges_the_allocators_footprint_so_an_init_does_not_add_to_the_app() -> None:
+    gpus = [GPU(uuid=A, model="m", memory_mib=8000), GPU(uuid=B, model="m", memory_mib=8000)]
     a = PodAssignment(node="n", containers=(
         _c("warm", ContainerKind.INIT, (A, 3000, 50)),
         _c("metrics", ContainerKind.SIDECAR, (A, 100, 0)),
         _c("serve", ContainerKind.APP, (A, 1000, 30), (B, 1000, 30)),
     ))
-    assert footprint(a) == {
-        A: Footprint(memory_mib=3100, cores=50, slots=2, exclusive=False),
-        B: Footprint(memory_mib=1000, cores=30, slots=1, exclusive=False),
-    }, "on A the init phase (3000 + sidecar 100) is larger than the app phase (1000 + 100)"
-
-
-def test_two_init_containers_take_the_larger_not_the_sum() -> None:
-    a = PodAssignment(node="n", containers=(
-        _c("i1", ContainerKind.INIT, (A, 500, 10)),
-        _c("i2", ContainerKind.INIT, (A, 200, 90)),
-        _c("app", ContainerKind.APP, (A, 300, 20)),
-    ))
-    assert footprint(a) == {A: Footprint(memory_mib=500, cores=90, slots=1, exclusive=False)}, (
-        "init containers run one at a time: each dimension is the max over phases")
-
-
-def test_an_exclusive_slice_marks_the_gpu_exclusive() -> None:
-    a = PodAssignment(node="n", containers=(_c("x", ContainerKind.APP, (A, 80000, 100)),))
-    assert footprint(a)[A].exclusive
+    t = UsageTracker(gpus, threshold_mib=0)
+    t.hold("p", a)
+    fp = footprint(a)
+    assert (t.mem, t.cores, t.slots) == ([fp[A].mem, fp[B].mem], [fp[A].cores, fp[B].cores],
+                                         [fp[A].slots, fp[B].slots]), \
+        "the simulator charges exactly what the allocator charges (one rule, one implementation)"
+    assert (t.mem, t.cores) == ([3100, 1000], [50, 30]), \
+        "on A the init phase (3000 + sidecar 100) is larger than the app phase (1000 + 100)"
+    t.drop("p")
+    assert t.mem == [0, 0] and t.used_mib == 0
 
 
 def test_the_median_request_converts_percent_at_the_median_gpu_size() -> None:

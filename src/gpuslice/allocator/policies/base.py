@@ -29,6 +29,9 @@ PRE, FREE_MEM, FREE_CORES, INDEX, POS = range(5)
 
 class NodePolicy(Protocol):
     name: str
+    line: tuple[float, float]
+    """(base, slope): for fullness f in 0..1, score(f) == int(base + slope * f) exactly, in
+    floating point too (score.prioritize relies on it; test_policies checks it)."""
 
     def score(self, fullness: float) -> int:
         """0..10 from the node's fullness after placement (0.0 empty .. 1.0 full)."""
@@ -50,6 +53,12 @@ class GpuPolicy(Protocol):
         self, cands: Sequence[Candidate], count: int, gpus: Sequence[GPU]
     ) -> list[Candidate]:
         """`count` distinct candidates, best first; the caller guarantees len(cands) >= count."""
+        ...
+
+    def pre_first(self, count: int) -> bool:
+        """True if `choose(cands, count, ...)` never takes a candidate with a larger PRE while
+        one with a smaller PRE is left (the allocator then knows, from summaries alone, that
+        an init container lands where it adds nothing to the pod's footprint)."""
         ...
 
 

@@ -17,6 +17,7 @@ NAME = "binpack"
 
 class _Node:
     name = NAME
+    line = (0.5, 10.0)  # int(f * 10 + 0.5)
 
     def score(self, fullness: float) -> int:
         f = fullness
@@ -37,6 +38,9 @@ class _Gpu:
         self, cands: Sequence[Candidate], count: int, gpus: Sequence[GPU]
     ) -> list[Candidate]:
         return sorted(cands)[:count]  # tuple order is the binpack order
+
+    def pre_first(self, count: int) -> bool:
+        return True  # PRE is the first sort key
 
 
 node = _Node()

@@ -17,6 +17,7 @@ NAME = "spread"
 
 class _Node:
     name = NAME
+    line = (10.5, -10.0)  # int(10.5 - f * 10)
 
     def score(self, fullness: float) -> int:
         f = fullness
@@ -37,6 +38,9 @@ class _Gpu:
         self, cands: Sequence[Candidate], count: int, gpus: Sequence[GPU]
     ) -> list[Candidate]:
         return sorted(cands, key=spread_key)[:count]
+
+    def pre_first(self, count: int) -> bool:
+        return True  # spread_key starts with PRE
 
 
 node = _Node()

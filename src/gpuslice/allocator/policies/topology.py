@@ -65,5 +65,8 @@ class _Gpu:
                 return groups[key][:count]
         return ordered[:count]
 
+    def pre_first(self, count: int) -> bool:
+        return count <= 1  # one GPU: binpack order; sets: topology first
+
 
 gpu = _Gpu()
