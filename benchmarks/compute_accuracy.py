@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 LIMITS = (10, 30, 50, 70)
 PHASES = ("matmul", "small", "graph", "infer")
+PAIR_PHASES = "matmul,small,graph"  # two containers 30/70 on one GPU
 WARM_S, MEASURE_S, GAP_S = 0.4, 1.2, 0.1
 
 
@@ -44,13 +45,19 @@ def _sim():
 def sim_workloads(sim) -> dict[str, dict]:
     us = sim.US
     # shaped like the GPU run's phases (H200): 8192^3 bf16 matmul ~1.6 ms, chunks of 8;
-    # 13 us adds in chunks of 200; graphs of 20 adds; an 8-kernel step with CPU between launches
+    # 13 us adds in chunks of 200; graphs of 20 adds; an 8-kernel step with CPU between launches.
+    # Each launch has a key (function + dims) with a fixed duration +-1 % (the step: 8 keys).
+    key = dict(keys=1, key_fixed=True, jitter_pct=1)
     return {
-        "matmul": dict(kernel_ns=(1500 * us, 1800 * us), sync_every=8),
-        "small": dict(kernel_ns=(11 * us, 15 * us), cpu_ns=2 * us, sync_every=200),
-        "graph": dict(kernel_ns=(11 * us, 15 * us), kernels_per_launch=20, sync_every=10),
+        "matmul": dict(kernel_ns=(1500 * us, 1800 * us), sync_every=8, **key),
+        "small": dict(kernel_ns=(11 * us, 15 * us), cpu_ns=2 * us, sync_every=200, **key),
+        "graph": dict(kernel_ns=(11 * us, 15 * us), kernels_per_launch=20, sync_every=10, **key),
         "infer": dict(
-            kernel_ns=(5 * us, 35 * us), cpu_ns=8 * us, sync_every=8, step_cpu_ns=20 * us
+            kernel_ns=(5 * us, 35 * us),
+            cpu_ns=8 * us,
+            sync_every=8,
+            step_cpu_ns=20 * us,
+            **{**key, "keys": 8},
         ),
     }
 
@@ -97,10 +104,13 @@ def simulate() -> list[dict]:
                     "launches_per_event_pair": round(r["launches"] / max(1, r["batches"]), 1),
                 }
             )
-        for ts_ms in (2, 8):  # two containers 30/70, GPU time-sliced between them
+        # two containers 30/70, GPU time-sliced between them; the last one also loses 100 us of
+        # GPU time per context switch (reproduces the H200 pair: ~10 % of the GPU lost)
+        for ts_ms, sw_us in ((1, 0), (2, 0), (8, 0), (2, 100)):
             case = sim.Case(
                 submit_ns=lat,
                 timeslice_ns=ts_ms * sim.MS,
+                switch_ns=sw_us * sim.US,
                 procs=[sim.Proc(limit=30, tenant=0, **kw), sim.Proc(limit=70, tenant=1, **kw)],
             )
             rs = sim.run(case)
@@ -108,7 +118,8 @@ def simulate() -> list[dict]:
                 cases.append(
                     {
                         "mode": "simulate",
-                        "scenario": f"pair-30/70-timeslice-{ts_ms}ms",
+                        "scenario": f"pair-30/70-timeslice-{ts_ms}ms"
+                        + (f"-switch-{sw_us}us" if sw_us else ""),
                         "workload": name,
                         "limit": lim,
                         "achieved": round(r["work_ns"] / base, 4),
@@ -227,11 +238,11 @@ def _worker(args: argparse.Namespace) -> None:
         else ""
     )
 
-    def busy_ns() -> int:  # device 0's measured GPU busy time (struct gs_compute_device.busy_ns)
+    def busy_ns(offset: int = 16) -> int:  # device 0's compute block: busy_ns@16, corrected@72
         if not region:
             return 0
         with open(region, "rb") as f:
-            f.seek(4096 + 256 + 16)
+            f.seek(4096 + 256 + offset)
             return int.from_bytes(f.read(8), "little")
 
     fns = {"matmul": (matmul, 8), "small": (small, 200), "graph": (replay, 10), "infer": (infer, 1)}
@@ -252,7 +263,7 @@ def _worker(args: argparse.Namespace) -> None:
             for _ in range(chunk):
                 fn()
             torch.cuda.synchronize()
-        t0, busy0 = time.perf_counter(), busy_ns()
+        t0, busy0, corr0 = time.perf_counter(), busy_ns(), busy_ns(72)
         clocks.start()
         iters, steps, marks = 0, [], []
         while True:
@@ -279,6 +290,7 @@ def _worker(args: argparse.Namespace) -> None:
             "iters": iters,
             "bins": bins,
             "gpu_time_share": (busy_ns() - busy0) / 1e9 / elapsed,
+            "corrected_share": (busy_ns(72) - corr0) / 1e9 / elapsed,
             "p50_ms": steps[len(steps) // 2] * 1e3,
             "p99_ms": steps[(len(steps) * 99) // 100] * 1e3,
             **clock,
@@ -359,6 +371,8 @@ def _cases(
                 case["achieved"] = round(r["rate"] / b["rate"], 4)
                 if r.get("gpu_time_share"):
                     case["measured_gpu_share"] = round(r["gpu_time_share"], 4)
+                    # other contexts' slices taken out of this tenant's batches (share of wall)
+                    case["corrected_share"] = round(r.get("corrected_share", 0.0), 4)
                     # library-measured GPU us per iteration vs unlimited wall us per iteration
                     case["lib_us_per_iter"] = round(r["gpu_time_share"] / r["rate"] * 1e6, 2)
                 case["unlimited_us_per_iter"] = round(1e6 / b["rate"], 2)
@@ -372,10 +386,11 @@ def _cases(
     return cases
 
 
-def gpu(outdir: Path, mps: bool) -> list[dict]:
+def gpu(outdir: Path, mps: bool, limits: list[int], before_lib: Path | None = None) -> list[dict]:
     lib = ROOT / "native" / "build" / "libgpuslice.so"
-    if not lib.exists():
-        raise SystemExit(f"gpuslice: error: {lib} not built; run `make -C native` first")
+    for path in (lib, before_lib):
+        if path and not path.exists():
+            raise SystemExit(f"gpuslice: error: {path} not built; run `make -C native` first")
     tmp = Path(tempfile.mkdtemp(prefix="gs-compute-"))
     board = tmp / "board"
     board.mkdir()
@@ -383,7 +398,7 @@ def gpu(outdir: Path, mps: bool) -> list[dict]:
     cases: list[dict] = []
     base = _run_slot([{}], all_phases, outdir, "base")[0]
     cases += _cases("none", "unlimited", [100], [base], base, all_phases)
-    for limit in LIMITS:
+    for limit in limits:
         res = _run_slot(
             [_lib_env(limit, tmp / f"solo{limit}.region", board, lib)],
             all_phases,
@@ -393,11 +408,22 @@ def gpu(outdir: Path, mps: bool) -> list[dict]:
         cases += _cases("gpuslice", "solo", [limit], res, base, all_phases)
     pair = _run_slot(
         [_lib_env(30, tmp / "a.region", board, lib), _lib_env(70, tmp / "b.region", board, lib)],
-        "matmul,small",
+        PAIR_PHASES,
         outdir,
         "gspair",
     )
-    cases += _cases("gpuslice", "pair-30/70", [30, 70], pair, base, "matmul,small")
+    cases += _cases("gpuslice", "pair-30/70", [30, 70], pair, base, PAIR_PHASES)
+    if before_lib:  # the same pair with another build (before/after in one run, same GPU)
+        pair = _run_slot(
+            [
+                _lib_env(30, tmp / "a0.region", board, before_lib),
+                _lib_env(70, tmp / "b0.region", board, before_lib),
+            ],
+            PAIR_PHASES,
+            outdir,
+            "gspair-before",
+        )
+        cases += _cases("gpuslice-before", "pair-30/70", [30, 70], pair, base, PAIR_PHASES)
     same = _run_slot(
         [_lib_env(50, tmp / "same.region", board, lib)] * 2, "matmul,small", outdir, "gssame"
     )
@@ -478,6 +504,7 @@ def print_table(cases: list[dict]) -> None:
         "limit",
         "achieved",
         "measured_gpu_share",
+        "corrected_share",
         "gpu_share",
         "max_1s_gpu_share",
         "unlimited_gpu_share",
@@ -505,6 +532,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object per case")
     ap.add_argument("--out", type=Path, default=None, help="GPU run: directory for logs/results")
     ap.add_argument("--no-mps", action="store_true", help="GPU run: skip the MPS comparison")
+    ap.add_argument(
+        "--limits",
+        default=",".join(map(str, LIMITS)),
+        help="GPU run: solo limits to measure (comma list; the pairs always run)",
+    )
+    ap.add_argument(
+        "--before-lib",
+        type=Path,
+        default=None,
+        help="GPU run: also run the 30/70 pair with this libgpuslice.so (e.g. an older build)",
+    )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--phases", default=",".join(PHASES), help=argparse.SUPPRESS)
     ap.add_argument("--barrier", default="", help=argparse.SUPPRESS)
@@ -519,7 +557,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         outdir = args.out or Path(tempfile.mkdtemp(prefix="gs-compute-out-"))
         outdir.mkdir(parents=True, exist_ok=True)
-        cases = gpu(outdir, mps=not args.no_mps)
+        try:
+            limits = [int(x) for x in args.limits.split(",") if x.strip()]
+        except ValueError:
+            raise SystemExit(
+                f"gpuslice: error: --limits {args.limits!r}: give percentages like 10,30,50,70"
+            ) from None
+        cases = gpu(outdir, not args.no_mps, limits, args.before_lib)
         (outdir / "cases.json").write_text("\n".join(json.dumps(c) for c in cases) + "\n")
     if args.json:
         for case in cases:

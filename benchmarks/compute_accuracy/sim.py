@@ -1,7 +1,8 @@
 """ctypes bridge to the compute controller simulator (simgpu.c + the library's own compute C).
 Owns: building native/build/compute_sim/libgs_computesim.so from native/src/compute/{budget,
-meter,board}.c + simgpu.c with the system C compiler, the ctypes mirror of gs_sim_cfg /
-gs_sim_result (sizes checked against the C side), and `run(...)` returning plain dicts.
+meter,board,clean}.c + simgpu.c with the system C compiler, the ctypes mirror of gs_sim_cfg /
+gs_sim_result (sizes checked against the C side), `run(...)` returning plain dicts, and `Clean`
+(clean.c's time-slice correction called directly, for tests).
 Does not: judge results (benchmarks/compute_accuracy.py and tests/native/compute/ do).
 Failure: a missing compiler or a build error raises SimBuildError with the compiler output.
 Used by: benchmarks/compute_accuracy.py --simulate, tests/native/compute/test_controller.py."""
@@ -20,9 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # older revision) so before/after tables come from the same fake GPU.
 _ALT = os.environ.get("GS_SIM_COMPUTE_SRC", "")
 COMPUTE_SRC = Path(_ALT).resolve() if _ALT else ROOT / "native" / "src" / "compute"
-SOURCES = [COMPUTE_SRC / n for n in ("budget.c", "meter.c", "board.c")] + [
-    Path(__file__).with_name("simgpu.c")
-]
+# clean.c (time-slice correction) is absent from older copies of the sources
+SOURCES = [
+    COMPUTE_SRC / n
+    for n in ("budget.c", "meter.c", "board.c", "clean.c")
+    if n != "clean.c" or (COMPUTE_SRC / n).exists()
+] + [Path(__file__).with_name("simgpu.c")]
 BUILD_DIR = ROOT / "native" / "build" / ("compute_sim_alt" if _ALT else "compute_sim")
 MS = 1_000_000
 US = 1_000
@@ -51,6 +55,10 @@ class ProcCfg(ctypes.Structure):
             "stop_ns",
             "priority",
             "work_conserving",
+            "keys",
+            "key_fixed",
+            "jitter_pct",
+            "hide_keys",
         )
     ]
 
@@ -73,6 +81,7 @@ class SimCfg(ctypes.Structure):
                 "min_sleep_ns",
                 "max_sleep_ns",
                 "use_board",
+                "switch_ns",
             )
         ],
         ("proc", ProcCfg * PROCS),
@@ -122,6 +131,12 @@ class Proc:
     stop_ns: int = 0
     priority: int = 0
     work_conserving: bool = False
+    # launch keys (kernel function + dims): 0 = unknown (never corrected); n: n keys used
+    # round-robin; key_fixed: each key has one duration drawn from kernel_ns, +- jitter_pct
+    keys: int = 0
+    key_fixed: bool = False
+    jitter_pct: int = 0
+    hide_keys: bool = False  # same launches, but the controller is told "key unknown"
 
 
 @dataclass
@@ -145,6 +160,8 @@ class Case:
     min_sleep_ns: int = 200 * US
     max_sleep_ns: int = 10 * MS
     use_board: bool = True
+    # GPU time lost per switch between contexts (0 = free); the H200 pair run loses ~10 %
+    switch_ns: int = 0
 
 
 def _compiler() -> str:
@@ -228,6 +245,7 @@ def run(case: Case) -> list[dict]:
         "sleep_slack_ns",
         "min_sleep_ns",
         "max_sleep_ns",
+        "switch_ns",
     ):
         setattr(cfg, name, getattr(case, name))
     cfg.n_procs = len(case.procs)
@@ -240,6 +258,8 @@ def run(case: Case) -> list[dict]:
         c.sync_every, c.step_cpu_ns = p.sync_every, p.step_cpu_ns
         c.start_ns, c.stop_ns = p.start_ns, p.stop_ns
         c.priority, c.work_conserving = p.priority, int(p.work_conserving)
+        c.keys, c.key_fixed, c.jitter_pct = p.keys, int(p.key_fixed), p.jitter_pct
+        c.hide_keys = int(p.hide_keys)
     results = (SimResult * PROCS)()
     if lib().gs_sim_run(ctypes.byref(cfg), results) != 0:
         raise ValueError("gs_sim_run rejected the case (n_procs or bin_ns out of range)")
@@ -250,6 +270,34 @@ def run(case: Case) -> list[dict]:
         d["bins"] = list(r.bins[:n_bins])
         out.append(d)
     return out
+
+
+class Clean:
+    """The library's time-slice correction state (clean.c) for direct tests."""
+
+    def __init__(self) -> None:
+        size = lib().gs_sim_sizes(2)
+        if size <= 0:
+            raise SimBuildError("these compute sources have no clean.c (time-slice correction)")
+        self.buf = ctypes.create_string_buffer(size)
+        handle = lib()
+        handle.gs_clean_charge.restype = ctypes.c_int64
+        handle.gs_clean_charge.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_uint64,
+            ctypes.c_uint32,
+            ctypes.c_int64,
+            ctypes.c_int64,
+        ]
+        handle.gs_clean_others.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
+
+    def others(self, active: bool, busy_ns: int) -> None:
+        """What the board shows: another tenant has demand; the GPU ns they published."""
+        lib().gs_clean_others(self.buf, int(active), busy_ns)
+
+    def charge(self, key: int, n: int, span_ns: int, now: int) -> int:
+        """GPU ns charged for a homogeneous batch of `n` launches of `key` measured `span_ns`."""
+        return lib().gs_clean_charge(self.buf, key, n, span_ns, now)
 
 
 def spans_add(spans: list[tuple[int, int]], s: int, e: int) -> tuple[int, list[tuple[int, int]]]:

@@ -1,7 +1,9 @@
 /* Fake GPU timeline + simulated processes driving the REAL compute controller
- * (native/src/compute/{budget,meter,board}.c, compiled in unchanged) on a virtual clock.
- * Owns: the GPU model (contexts time-sliced like a GPU without MPS; streams of one context
- * run concurrently, sharing the GPU equally; events complete when the stream reaches them),
+ * (native/src/compute/{budget,meter,board,clean}.c, compiled in unchanged) on a virtual clock.
+ * Owns: the GPU model (contexts time-sliced like a GPU without MPS: a context that gets work
+ * waits for the end of the running context's current slice, a switch may cost GPU time;
+ * streams of one context run concurrently, sharing the GPU equally; events complete when the
+ * stream reaches them), launch keys (kernels of fixed or spread durations),
  * workload generators (kernels of a duration range, graph launches of k kernels, syncs,
  * CPU work), process start/kill, and the per-process results (work done, 100 ms bins,
  * step latencies). Does not: decide anything the library decides; it only calls
@@ -34,6 +36,10 @@ struct gs_sim_proc_cfg {
     int64_t step_cpu_ns;        /* CPU time after each sync before the next step */
     int64_t start_ns, stop_ns;  /* lifetime; stop_ns > 0: SIGKILLed then (work dropped) */
     int64_t priority, work_conserving;
+    int64_t keys;               /* distinct launch keys (round-robin); 0 = key unknown */
+    int64_t key_fixed;          /* 1: each key has one duration from the range (+- jitter) */
+    int64_t jitter_pct;         /* per-launch jitter of a fixed key's duration, percent */
+    int64_t hide_keys;          /* 1: same launches, but the controller is told key 0 */
 };
 
 struct gs_sim_cfg {
@@ -44,6 +50,8 @@ struct gs_sim_cfg {
                            * GPU sees every command at the instant of the call */
     int64_t sleep_slack_ns, min_sleep_ns, max_sleep_ns;
     int64_t use_board;
+    int64_t switch_ns;    /* GPU time lost at each switch to another context (state save and
+                           * restore): nothing runs, no event completes */
     struct gs_sim_proc_cfg proc[SIM_PROCS];
 };
 
@@ -86,6 +94,7 @@ struct sim_proc {
     int64_t next, wait_acc, step_start, queued_ns;
     int64_t submit_at;      /* when the commands being issued now reach the GPU */
     uint64_t rng;
+    int64_t key_ns[64];     /* duration of each fixed key */
     int64_t launches;
     int n_steps;
     int64_t steps[SIM_STEPS];
@@ -101,6 +110,8 @@ struct sim {
     int any_blocked, popped; /* a blocked process wakes on GPU progress: stop advancing then */
     int active;
     int64_t slice_start;
+    int last_ctx;            /* context whose state is on the GPU (-1: none yet) */
+    int64_t switch_until;    /* a context switch occupies the GPU until then */
 };
 
 /* ---- event ops: the fake timeline behind gs_meter_ops ---- */
@@ -220,10 +231,25 @@ static int64_t sim_next_arrival(struct sim *S)
     return t;
 }
 
+/* Make context j active (-1: none); switching to another context than the last one costs
+ * switch_ns of GPU time. */
+static void sim_switch_to(struct sim *S, int j)
+{
+    S->active = j;
+    S->slice_start = S->now;
+    if (j >= 0 && j != S->last_ctx) {
+        if (S->last_ctx >= 0)
+            S->switch_until = S->now + S->c.switch_ns;
+        S->last_ctx = j;
+    }
+}
+
 /* Complete events at the heads of the active context; switch context when it runs dry. */
 static void sim_settle(struct sim *S)
 {
     for (int tries = 0; tries <= SIM_PROCS; tries++) {
+        if (S->active >= 0 && S->now < S->switch_until)
+            return; /* still switching in: nothing of it runs yet */
         if (S->active >= 0) {
             struct sim_proc *p = &S->p[S->active];
             for (int i = 0; i < SIM_STREAMS; i++)
@@ -242,8 +268,7 @@ static void sim_settle(struct sim *S)
             S->active = -1;
             return;
         }
-        S->active = next;
-        S->slice_start = S->now;
+        sim_switch_to(S, next);
     }
 }
 
@@ -269,6 +294,12 @@ static void sim_gpu_advance(struct sim *S, int64_t target)
                 return;
             continue;
         }
+        if (S->now < S->switch_until) {
+            S->now = S->switch_until < target ? S->switch_until : target;
+            if (S->now == target)
+                return;
+            continue;
+        }
         struct sim_proc *p = &S->p[S->active];
         int n = 0;
         int64_t min_work = SIM_INF;
@@ -279,9 +310,13 @@ static void sim_gpu_advance(struct sim *S, int64_t target)
                     min_work = p->st[i].q[p->st[i].head].work;
             }
         int64_t t_done = S->now + min_work * n;
-        int64_t t_slice = sim_others_waiting(S) ? S->slice_start + S->c.timeslice_ns : SIM_INF;
-        if (t_slice < S->now)
-            t_slice = S->now;
+        int64_t t_slice = SIM_INF;
+        if (sim_others_waiting(S)) {
+            /* the running context's slice renews while nobody waits: a newcomer waits for
+             * the end of the current slice (0..timeslice), not for a slice that expired */
+            int64_t ran = S->now - S->slice_start, ts = S->c.timeslice_ns;
+            t_slice = S->slice_start + (ran > 0 && ran % ts == 0 ? ran : (ran / ts + 1) * ts);
+        }
         int64_t t_next = t_done < t_slice ? t_done : t_slice;
         if (t_arrive < t_next)
             t_next = t_arrive;
@@ -296,16 +331,13 @@ static void sim_gpu_advance(struct sim *S, int64_t target)
                 p->st[i].q[p->st[i].head].ready < until && p->st[i].q[p->st[i].head].work <= 0)
                 sim_pop(S, p, &p->st[i]);
         if (until == t_slice && sim_others_waiting(S)) {
-            int from = S->active;
-            S->active = -1; /* pick the next context with work, round-robin after this one */
-            for (int k = 1; k <= (int)S->c.n_procs; k++) {
+            int from = S->active, next = -1;
+            for (int k = 1; k <= (int)S->c.n_procs && next < 0; k++) { /* round-robin */
                 int j = (from + k) % (int)S->c.n_procs;
-                if (sim_ready_work(S, &S->p[j])) {
-                    S->active = j;
-                    break;
-                }
+                if (sim_ready_work(S, &S->p[j]))
+                    next = j;
             }
-            S->slice_start = S->now;
+            sim_switch_to(S, next);
         }
         if (until == target || (S->any_blocked && S->popped))
             return;
@@ -322,10 +354,18 @@ static uint64_t sim_rand(struct sim_proc *p)
     return p->rng;
 }
 
-static int64_t sim_kernel_ns(struct sim_proc *p)
+static int64_t sim_range_ns(struct sim_proc *p, int64_t lo, int64_t hi)
 {
-    int64_t lo = p->c.kernel_min_ns, hi = p->c.kernel_max_ns;
     return hi > lo ? lo + (int64_t)(sim_rand(p) % (uint64_t)(hi - lo + 1)) : lo;
+}
+
+/* Duration of the next kernel; `key` is the launch's key index (0..keys-1). */
+static int64_t sim_kernel_ns(struct sim_proc *p, int key)
+{
+    if (!p->c.key_fixed || p->c.keys < 1)
+        return sim_range_ns(p, p->c.kernel_min_ns, p->c.kernel_max_ns);
+    int64_t d = p->key_ns[key % 64], j = d * p->c.jitter_pct / 100;
+    return sim_range_ns(p, d - j, d + j);
 }
 
 static void sim_kill(struct sim_proc *p)
@@ -374,7 +414,11 @@ static void sim_proc_run(struct sim *S, struct sim_proc *p)
     int limited = p->c.limit_pct > 0;
     if (limited) {
         if (c->use_board)
+#ifdef GS_METER_HAS_KEYS
+            gs_meter_set_others(&p->meter, gs_board_tick(&p->board, S->now, p->meter.busy_total));
+#else
             gs_meter_set_others(&p->meter, gs_board_tick(&p->board, S->now));
+#endif
         int64_t w = gs_meter_admit(&p->meter, S->now);
         if (w > 0) {
             if (w < c->min_sleep_ns)
@@ -397,15 +441,23 @@ static void sim_proc_run(struct sim *S, struct sim_proc *p)
     }
     /* with latency the kernel leaves at the end of its launch call; submit_ns 0 = instantly */
     int64_t issued = c->submit_ns ? S->now + (limited ? c->event_ns : 0) + c->launch_ns : S->now;
+    int key = p->c.keys > 0 ? (int)(p->launches % p->c.keys) : 0;
     for (int i = 0; i < k; i++) {
-        int64_t w = sim_kernel_ns(p);
+        int64_t w = sim_kernel_ns(p, key);
         *sim_push(&p->st[s]) = (struct sim_item){.work = w, .full = w, .ready = issued + c->submit_ns};
         p->queued_ns += w;
     }
     p->submit_at = issued + c->submit_ns;
-    if (limited)
-        gs_meter_after(&p->meter, (uintptr_t)s, k > 1 ? GS_LAUNCH_GRAPH : GS_LAUNCH_KERNEL,
-                       S->now);
+    if (limited) {
+        enum gs_launch_kind kind = k > 1 ? GS_LAUNCH_GRAPH : GS_LAUNCH_KERNEL;
+#ifdef GS_METER_HAS_KEYS
+        uint64_t lkey = p->c.keys > 0 && !p->c.hide_keys
+                            ? gs_clean_key((uint64_t)(p - S->p) + 1, (uint64_t)key, 0) : 0;
+        gs_meter_after_key(&p->meter, (uintptr_t)s, kind, lkey, S->now);
+#else
+        gs_meter_after(&p->meter, (uintptr_t)s, kind, S->now);
+#endif
+    }
     struct gs_sim_result *r = &S->out[p - S->p];
     if (p->queued_ns > r->max_queue_ns)
         r->max_queue_ns = p->queued_ns;
@@ -424,7 +476,7 @@ static int cmp_i64(const void *a, const void *b)
 
 static void sim_init(struct sim *S)
 {
-    S->active = -1;
+    S->active = S->last_ctx = -1;
     gs_board_format(&S->board);
     for (int i = 0; i < (int)S->c.n_procs; i++) {
         struct sim_proc *p = &S->p[i];
@@ -434,6 +486,8 @@ static void sim_init(struct sim *S)
         p->alive = 1;
         p->next = p->c.start_ns;
         p->rng = (uint64_t)S->c.seed * 0x9E3779B97F4A7C15ULL + (uint64_t)i + 1;
+        for (int k = 0; p->c.key_fixed && k < 64; k++)
+            p->key_ns[k] = sim_range_ns(p, p->c.kernel_min_ns, p->c.kernel_max_ns);
         int tenant = (int)(p->c.tenant % SIM_PROCS);
         if (p->c.limit_pct > 0) {
             gs_meter_init(&p->meter, &sim_ops, p, &S->dev[tenant], &p->block, (int)p->c.limit_pct);
@@ -514,6 +568,9 @@ int64_t gs_sim_sizes(int which)
     switch (which) {
     case 0: return (int64_t)sizeof(struct gs_sim_cfg);
     case 1: return (int64_t)sizeof(struct gs_sim_result);
+#ifdef GS_METER_HAS_KEYS
+    case 2: return (int64_t)sizeof(struct gs_clean); /* for direct tests of clean.c */
+#endif
     default: return -1;
     }
 }

@@ -27,7 +27,8 @@ struct gs_compute_device {
     _Atomic uint64_t borrowed_ns;     /* 48: GPU time used while borrowing (work-conserving) */
     _Atomic uint64_t tenant_id;       /* 56: random id naming this container on the node board */
     _Atomic uint64_t last_demand_ns;  /* 64: last launch or throttle of any process */
-    uint8_t reserved[GS_COMPUTE_DEVICE_BYTES - 72];
+    _Atomic uint64_t corrected_ns;    /* 72: other contexts' time slices taken out of batches */
+    uint8_t reserved[GS_COMPUTE_DEVICE_BYTES - 80];
 };
 
 /* Per process slot: what this process consumed and waited (metrics; nothing to reclaim). */
@@ -45,6 +46,7 @@ _Static_assert(sizeof(struct gs_compute_device) == GS_COMPUTE_DEVICE_BYTES, "reg
 _Static_assert(sizeof(struct gs_compute_proc) == GS_COMPUTE_PROC_BYTES, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, busy_ns) == 16, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, last_demand_ns) == 64, "region layout");
+_Static_assert(offsetof(struct gs_compute_device, corrected_ns) == 72, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, inflight_ns) == 32, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, last_launch_ns) == 40, "region layout");
 

@@ -45,6 +45,7 @@ static int gs_board_claim(struct gs_board_client *c, int64_t now)
             atomic_store(&s->limit_pct, (uint32_t)c->pct);
             atomic_store(&s->mode, (uint32_t)c->mode);
             atomic_store(&s->pid, (uint32_t)c->pid);
+            atomic_store(&s->busy_ns, 0);
             atomic_store(&s->heartbeat_ns, (uint64_t)now);
             return i;
         }
@@ -54,7 +55,7 @@ static int gs_board_claim(struct gs_board_client *c, int64_t now)
 
 static void gs_board_read(struct gs_board_client *c, int64_t now)
 {
-    struct gs_meter_others o = {0, 0};
+    struct gs_meter_others o = {0, 0, 0};
     for (int i = 0; i < GS_BOARD_SLOTS; i++) {
         struct gs_board_slot *s = &c->board->slot[i];
         if (atomic_load_explicit(&s->owner, memory_order_relaxed) == 0 ||
@@ -63,6 +64,7 @@ static void gs_board_read(struct gs_board_client *c, int64_t now)
         int64_t beat = (int64_t)atomic_load_explicit(&s->heartbeat_ns, memory_order_relaxed);
         if (now - beat >= GS_BOARD_FRESH_NS)
             continue;
+        o.busy_ns += atomic_load_explicit(&s->busy_ns, memory_order_relaxed);
         if (atomic_load_explicit(&s->priority, memory_order_relaxed) == 0)
             o.high = 1;
         else
@@ -71,7 +73,7 @@ static void gs_board_read(struct gs_board_client *c, int64_t now)
     c->others = o;
 }
 
-struct gs_meter_others gs_board_tick(struct gs_board_client *c, int64_t now)
+struct gs_meter_others gs_board_tick(struct gs_board_client *c, int64_t now, uint64_t busy_ns)
 {
     if (!c->board)
         return c->others;
@@ -80,8 +82,10 @@ struct gs_meter_others gs_board_tick(struct gs_board_client *c, int64_t now)
             c->slot = -1; /* taken over while we were silent: claim again */
         if (c->slot < 0)
             c->slot = gs_board_claim(c, now);
-        if (c->slot >= 0)
+        if (c->slot >= 0) {
+            atomic_store(&c->board->slot[c->slot].busy_ns, busy_ns);
             atomic_store(&c->board->slot[c->slot].heartbeat_ns, (uint64_t)now);
+        }
         c->last_beat = now;
     }
     if (now - c->last_read >= GS_BOARD_READ_NS) {

@@ -3,7 +3,8 @@
  * process that has a compute limit) and the claim / heartbeat / read protocol on it.
  * A slot's heartbeat is refreshed (at most every GS_BOARD_BEAT_NS) while its process
  * launches or waits to launch; "another tenant has work" = a slot of another tenant_id
- * with a heartbeat younger than GS_BOARD_FRESH_NS. Stale slots (GS_BOARD_STALE_NS) are
+ * with a heartbeat younger than GS_BOARD_FRESH_NS. A slot also publishes its process's charged
+ * GPU ns (compute/clean.h bounds its time-slice correction by what the others used). Stale slots (GS_BOARD_STALE_NS) are
  * taken over by CAS, so dead processes (any pid namespace) vanish without cleanup.
  * Does not: open files (board_file.c) or decide borrowing (budget.c). Pure given `now`.
  * Tests: tests/native/compute/test_controller.py (work-conserving cases). */
@@ -29,7 +30,9 @@ struct gs_board_slot {
     _Atomic uint32_t limit_pct;
     _Atomic uint32_t mode;         /* 0 hard, 1 work-conserving */
     _Atomic uint32_t pid;          /* informational (pid in its own namespace) */
-    uint8_t reserved[24];
+    _Atomic uint64_t busy_ns;      /* GPU ns the process charged so far (refreshed with the beat;
+                                    * others bound their time-slice correction by it) */
+    uint8_t reserved[16];
 };
 
 struct gs_board {
@@ -54,8 +57,9 @@ struct gs_board_client {
 
 void gs_board_client_init(struct gs_board_client *c, struct gs_board *board, uint64_t token,
                           uint64_t tenant_id, int priority, int pct, int mode, int pid);
-/* Call at every launch/wait (demand = 1). Returns the cached view of others' demand. */
-struct gs_meter_others gs_board_tick(struct gs_board_client *c, int64_t now);
+/* Call at every launch/wait (demand = 1) with this process's charged GPU ns so far.
+ * Returns the cached view of others' demand. */
+struct gs_meter_others gs_board_tick(struct gs_board_client *c, int64_t now, uint64_t busy_ns);
 /* Process exit: free the slot. */
 void gs_board_leave(struct gs_board_client *c);
 /* Initialise a zero-filled board (idempotent); returns 0, or -1 if it holds something else. */

@@ -16,6 +16,7 @@
 struct gs_gate {
     struct gs_cmeter *cm;
     uintptr_t stream;
+    uint64_t key;     /* gs_clean_key: what was launched (clean durations per key) */
 };
 
 static void gs_gate_sleep(int64_t ns)
@@ -52,7 +53,7 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
         int64_t now = gs_compute_now_ns();
         pthread_mutex_lock(&cm->mu);
         if (cm->board.board)
-            gs_meter_set_others(&cm->meter, gs_board_tick(&cm->board, now));
+            gs_meter_set_others(&cm->meter, gs_board_tick(&cm->board, now, cm->meter.busy_total));
         int64_t w = gs_meter_admit(&cm->meter, now);
         if (w <= 0) {
             if (waited > 0)
@@ -77,11 +78,11 @@ static void gs_gate_close(struct gs_gate *g, enum gs_launch_kind kind, CUresult 
     if (r != CUDA_SUCCESS)
         return; /* the batch's end event still marks its last successful launch */
     pthread_mutex_lock(&g->cm->mu);
-    gs_meter_after(&g->cm->meter, g->stream, kind, gs_compute_now_ns());
+    gs_meter_after_key(&g->cm->meter, g->stream, kind, g->key, gs_compute_now_ns());
     pthread_mutex_unlock(&g->cm->mu);
 }
 
-#define GS_GATED(realname, stream, ptsz, kind, call)                                    \
+#define GS_GATED(realname, stream, ptsz, kind, keyexpr, call)                           \
     do {                                                                               \
         __typeof__(gs_real_##realname) real = GS_REAL(realname);                       \
         if (!real)                                                                     \
@@ -89,32 +90,42 @@ static void gs_gate_close(struct gs_gate *g, enum gs_launch_kind kind, CUresult 
         struct gs_gate g;                                                              \
         if (!gs_gate_open(&g, (stream), (ptsz)))                                       \
             return real call;                                                          \
+        g.key = (keyexpr);                                                             \
         CUresult r = real call;                                                        \
         gs_gate_close(&g, (kind), r);                                                  \
         return r;                                                                      \
     } while (0)
 
 #define GS_KERNEL_ARGS f, gx, gy, gz, bx, by, bz, shmem, s, params, extra
+#define GS_DIMS(x, y, z) ((uint64_t)(x) | ((uint64_t)(y) << 32) | ((uint64_t)(z) << 48))
+#define GS_KERNEL_KEY gs_clean_key((uintptr_t)f, GS_DIMS(gx, gy, gz), GS_DIMS(bx, by, bz) ^ shmem)
+#define GS_EX_KEY                                                                      \
+    (config ? gs_clean_key((uintptr_t)f,                                               \
+                           GS_DIMS(config->gridDimX, config->gridDimY, config->gridDimZ), \
+                           GS_DIMS(config->blockDimX, config->blockDimY, config->blockDimZ) ^ \
+                               config->sharedMemBytes)                                 \
+            : 0)
+#define GS_GRAPH_KEY gs_clean_key((uintptr_t)exec, 0x6772617068ULL, 0)
 #define GS_COOP_ARGS f, gx, gy, gz, bx, by, bz, shmem, s, params
 
 CUresult gs_launch_kernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                           unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                           CUstream s, void **params, void **extra)
 {
-    GS_GATED(cuLaunchKernel, s, 0, GS_LAUNCH_KERNEL, (GS_KERNEL_ARGS));
+    GS_GATED(cuLaunchKernel, s, 0, GS_LAUNCH_KERNEL, GS_KERNEL_KEY, (GS_KERNEL_ARGS));
 }
 
 CUresult gs_launch_kernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                unsigned int bx, unsigned int by, unsigned int bz,
                                unsigned int shmem, CUstream s, void **params, void **extra)
 {
-    GS_GATED(cuLaunchKernel_ptsz, s, 1, GS_LAUNCH_KERNEL, (GS_KERNEL_ARGS));
+    GS_GATED(cuLaunchKernel_ptsz, s, 1, GS_LAUNCH_KERNEL, GS_KERNEL_KEY, (GS_KERNEL_ARGS));
 }
 
 CUresult gs_launch_kernel_ex(const CUlaunchConfig *config, CUfunction f, void **params,
                              void **extra)
 {
-    GS_GATED(cuLaunchKernelEx, config ? config->hStream : NULL, 0, GS_LAUNCH_KERNEL,
+    GS_GATED(cuLaunchKernelEx, config ? config->hStream : NULL, 0, GS_LAUNCH_KERNEL, GS_EX_KEY,
              (config, f, params, extra));
 }
 
@@ -122,14 +133,14 @@ CUresult gs_launch_kernel_ex_ptsz(const CUlaunchConfig *config, CUfunction f, vo
                                   void **extra)
 {
     GS_GATED(cuLaunchKernelEx_ptsz, config ? config->hStream : NULL, 1, GS_LAUNCH_KERNEL,
-             (config, f, params, extra));
+             GS_EX_KEY, (config, f, params, extra));
 }
 
 CUresult gs_launch_cooperative(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                unsigned int bx, unsigned int by, unsigned int bz,
                                unsigned int shmem, CUstream s, void **params)
 {
-    GS_GATED(cuLaunchCooperativeKernel, s, 0, GS_LAUNCH_KERNEL, (GS_COOP_ARGS));
+    GS_GATED(cuLaunchCooperativeKernel, s, 0, GS_LAUNCH_KERNEL, GS_KERNEL_KEY, (GS_COOP_ARGS));
 }
 
 CUresult gs_launch_cooperative_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
@@ -137,15 +148,16 @@ CUresult gs_launch_cooperative_ptsz(CUfunction f, unsigned int gx, unsigned int 
                                     unsigned int bz, unsigned int shmem, CUstream s,
                                     void **params)
 {
-    GS_GATED(cuLaunchCooperativeKernel_ptsz, s, 1, GS_LAUNCH_KERNEL, (GS_COOP_ARGS));
+    GS_GATED(cuLaunchCooperativeKernel_ptsz, s, 1, GS_LAUNCH_KERNEL, GS_KERNEL_KEY,
+             (GS_COOP_ARGS));
 }
 
 CUresult gs_launch_graph(CUgraphExec exec, CUstream s)
 {
-    GS_GATED(cuGraphLaunch, s, 0, GS_LAUNCH_GRAPH, (exec, s));
+    GS_GATED(cuGraphLaunch, s, 0, GS_LAUNCH_GRAPH, GS_GRAPH_KEY, (exec, s));
 }
 
 CUresult gs_launch_graph_ptsz(CUgraphExec exec, CUstream s)
 {
-    GS_GATED(cuGraphLaunch_ptsz, s, 1, GS_LAUNCH_GRAPH, (exec, s));
+    GS_GATED(cuGraphLaunch_ptsz, s, 1, GS_LAUNCH_GRAPH, GS_GRAPH_KEY, (exec, s));
 }

@@ -117,12 +117,21 @@ static void gs_meter_account(struct gs_meter *m, struct gs_batch *b, int64_t now
         return;
     }
     m->batches++;
-    int64_t busy = gs_spans_add(m->spans, &m->n_spans, ts, te) + b->tail_ns;
     uint32_t k = b->launches[0], g = b->launches[1], n = b->covered;
+    int64_t span = te - ts, charge = span;
+    if (n > 0 && !b->covered_mixed && b->key != 0) /* take other contexts' slices out */
+        charge = gs_clean_charge(&m->clean, b->key, n, span, now);
+    int64_t busy = gs_spans_add(m->spans, &m->n_spans, ts, te) - (span - charge);
+    if (busy < 0)
+        busy = 0;
+    busy += b->tail_ns;
+    if (span > charge)
+        atomic_fetch_add_explicit(&m->dev->corrected_ns, (uint64_t)(span - charge), GS_RELAXED);
     if (n > 0 && g == 0)
-        m->est_ns[GS_LAUNCH_KERNEL] = gs_meter_ema(m->est_ns[0], (te - ts) / n);
+        m->est_ns[GS_LAUNCH_KERNEL] = gs_meter_ema(m->est_ns[0], charge / n);
     else if (n > 0 && k == 0)
-        m->est_ns[GS_LAUNCH_GRAPH] = gs_meter_ema(m->est_ns[1], (te - ts) / n);
+        m->est_ns[GS_LAUNCH_GRAPH] = gs_meter_ema(m->est_ns[1], charge / n);
+    m->busy_total += (uint64_t)busy;
     gs_budget_debit(m->dev, m->pct, now, busy, m->borrowing);
     atomic_fetch_add_explicit(&m->dev->busy_ns, (uint64_t)busy, GS_RELAXED);
     if (m->borrowing)
@@ -192,6 +201,7 @@ void gs_meter_before(struct gs_meter *m, uintptr_t stream, int64_t now)
             if (end) {
                 b->end = end;
                 b->covered = b->launches[0] + b->launches[1];
+                b->covered_mixed = b->mixed;
                 b->tail_ns = 0;
             }
         }
@@ -217,6 +227,12 @@ void gs_meter_before(struct gs_meter *m, uintptr_t stream, int64_t now)
 
 void gs_meter_after(struct gs_meter *m, uintptr_t stream, enum gs_launch_kind kind, int64_t now)
 {
+    gs_meter_after_key(m, stream, kind, 0, now);
+}
+
+void gs_meter_after_key(struct gs_meter *m, uintptr_t stream, enum gs_launch_kind kind,
+                        uint64_t key, int64_t now)
+{
     atomic_fetch_add_explicit(&m->dev->launches, 1, GS_RELAXED);
     atomic_store_explicit(&m->dev->last_demand_ns, (uint64_t)now, GS_RELAXED);
     if (m->proc) {
@@ -228,7 +244,12 @@ void gs_meter_after(struct gs_meter *m, uintptr_t stream, enum gs_launch_kind ki
         return; /* could not open a batch: this launch goes unmeasured (fail open) */
     struct gs_batch *b = &m->open[i];
     int64_t est = m->est_ns[kind];
-    int sparse = b->launches[0] + b->launches[1] > 0 && now - b->last_ns >= GS_METER_IDLE_PROBE_NS;
+    int first = b->launches[0] + b->launches[1] == 0;
+    int sparse = !first && now - b->last_ns >= GS_METER_IDLE_PROBE_NS;
+    if (first)
+        b->key = key;
+    else if (key != b->key || key == 0)
+        b->mixed = 1;
     b->launches[kind]++;
     if (!b->end || est == 0 || sparse || b->tail_ns + est >= GS_METER_EVENT_NS) {
         void *end = m->ops->ev_record(m->ctx, stream, b->end); /* re-record: marks this launch */
@@ -240,6 +261,7 @@ void gs_meter_after(struct gs_meter *m, uintptr_t stream, enum gs_launch_kind ki
         }
         b->end = end;
         b->covered = b->launches[0] + b->launches[1];
+        b->covered_mixed = b->mixed;
         b->tail_ns = 0;
     } else {
         b->tail_ns += est;
@@ -266,6 +288,7 @@ void gs_meter_note_wait(struct gs_meter *m, int64_t ns)
 
 void gs_meter_set_others(struct gs_meter *m, struct gs_meter_others others)
 {
+    gs_clean_others(&m->clean, others.high || others.low, others.busy_ns);
     int b = gs_budget_may_borrow(m->work_conserving, m->priority, others.high, others.low);
     if (b != m->borrowing) {
         m->borrowing = b;

@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include "clean.h"
 #include "gpuslice/compute_shared.h"
 
 #define GS_METER_STREAMS 16
@@ -49,6 +50,9 @@ struct gs_meter_ops {
 
 struct gs_batch {
     uintptr_t stream;
+    uint64_t key;             /* launch key of its first launch (clean.h) */
+    uint8_t mixed;            /* a launch with another key (or none) followed */
+    uint8_t covered_mixed;    /* `mixed` as of the end event's last record */
     void *start, *end;
     uint32_t launches[2];     /* by enum gs_launch_kind */
     uint32_t unknown;         /* launches made before any estimate existed */
@@ -60,8 +64,12 @@ struct gs_batch {
 
 struct gs_span { int64_t s, e; };
 
-/* Node-wide demand of other tenants, filled by the board (or by a test). */
-struct gs_meter_others { int high, low; };
+/* Node-wide demand of other tenants, filled by the board (or by a test): whether a tenant of
+ * priority 0 / 1 has demand, and the total GPU ns the other tenants' processes published. */
+struct gs_meter_others { int high, low; uint64_t busy_ns; };
+
+/* gs_meter_after_key and the time-slice correction (clean.h) are available. */
+#define GS_METER_HAS_KEYS 1
 
 struct gs_meter {
     const struct gs_meter_ops *ops;
@@ -80,6 +88,8 @@ struct gs_meter {
     int64_t est_ns[2];               /* per-launch GPU cost estimate by kind, 0 = unknown */
     struct gs_span spans[GS_METER_SPANS];
     int n_spans;
+    struct gs_clean clean;           /* clean per-launch durations (time-slice correction) */
+    uint64_t busy_total;             /* GPU ns this meter charged (published on the board) */
     uint64_t batches;                /* batches measured */
     uint64_t dropped;                /* batches lost to ops errors */
 };
@@ -90,13 +100,18 @@ void gs_meter_init(struct gs_meter *m, const struct gs_meter_ops *ops, void *ctx
 int64_t gs_meter_admit(struct gs_meter *m, int64_t now);
 /* Right before the real launch (after admit returned 0): close/open the stream's batch. */
 void gs_meter_before(struct gs_meter *m, uintptr_t stream, int64_t now);
-/* Right after a successful real launch. */
+/* Right after a successful real launch. `key`: gs_clean_key of the kernel (function, grid,
+ * block) or graph exec; 0 = unknown (its batch is always charged as measured). */
+void gs_meter_after_key(struct gs_meter *m, uintptr_t stream, enum gs_launch_kind kind,
+                        uint64_t key, int64_t now);
+/* gs_meter_after_key with key 0. */
 void gs_meter_after(struct gs_meter *m, uintptr_t stream, enum gs_launch_kind kind, int64_t now);
 /* Close idle batches and reconcile whatever completed (also done inside admit). */
 void gs_meter_poll(struct gs_meter *m, int64_t now);
 /* Throttle accounting: the caller held one launch back for `ns` in total. */
 void gs_meter_note_wait(struct gs_meter *m, int64_t ns);
-/* Record others' demand and decide borrowing (work-conserving mode). */
+/* Record others' demand: decide borrowing (work-conserving mode) and feed the time-slice
+ * correction (any mode). */
 void gs_meter_set_others(struct gs_meter *m, struct gs_meter_others others);
 /* Release every event (process exit / context destroyed). */
 void gs_meter_drop_all(struct gs_meter *m);
