@@ -18,20 +18,13 @@ int fake_initialized(void) { return atomic_load(&g_inited); }
 struct fake_ctx *fake_current_ctx(void) { return t_depth > 0 ? t_stack[t_depth - 1] : NULL; }
 
 CUresult fake_need_ctx(struct fake_ctx **out) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     struct fake_ctx *c = fake_current_ctx();
     if (c == NULL || !c->alive)
         return CUDA_ERROR_INVALID_CONTEXT;
     *out = c;
     return CUDA_SUCCESS;
 }
-
-#define NEED_INIT()                                                                                \
-    do {                                                                                           \
-        if (!fake_initialized())                                                                   \
-            return CUDA_ERROR_NOT_INITIALIZED;                                                     \
-    } while (0)
 
 FAKE_EXPORT CUresult cuInit(unsigned int flags) {
     if (flags != 0)
@@ -51,7 +44,7 @@ FAKE_EXPORT CUresult cuDriverGetVersion(int *v) {
 }
 
 FAKE_EXPORT CUresult cuDeviceGetCount(int *n) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     if (n == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     *n = fake_cfg()->nvisible;
@@ -59,7 +52,7 @@ FAKE_EXPORT CUresult cuDeviceGetCount(int *n) {
 }
 
 FAKE_EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     if (d == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys(ordinal) < 0)
@@ -69,7 +62,7 @@ FAKE_EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
 }
 
 FAKE_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     if (name == NULL || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys(d) < 0)
@@ -79,7 +72,7 @@ FAKE_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
 }
 
 static CUresult get_uuid(CUuuid *u, CUdevice d) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     if (u == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     int phys = fake_phys(d);
@@ -89,18 +82,11 @@ static CUresult get_uuid(CUuuid *u, CUdevice d) {
     return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d) {
-    fake_note(__func__);
-    return get_uuid(u, d);
-}
-FAKE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d) {
-    fake_note(__func__);
-    return get_uuid(u, d);
-}
+FAKE_VARIANTS(cuDeviceGetUuid, cuDeviceGetUuid_v2, (CUuuid *u, CUdevice d), get_uuid, (u, d))
 
 FAKE_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) {
     fake_note(__func__);
-    NEED_INIT();
+    FAKE_NEED_INIT();
     if (bytes == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     int phys = fake_phys(d);
@@ -111,7 +97,7 @@ FAKE_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) {
 }
 
 FAKE_EXPORT CUresult cuDeviceGetPCIBusId(char *bus, int len, CUdevice d) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     int phys = fake_phys(d);
     if (phys < 0)
         return CUDA_ERROR_INVALID_DEVICE;
@@ -122,7 +108,7 @@ FAKE_EXPORT CUresult cuDeviceGetPCIBusId(char *bus, int len, CUdevice d) {
 }
 
 FAKE_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     if (v == NULL || (int)a <= 0 || a >= CU_DEVICE_ATTRIBUTE_MAX)
         return CUDA_ERROR_INVALID_VALUE;
     int phys = fake_phys(d);
@@ -173,7 +159,7 @@ static void ctx_stop(struct fake_ctx *c) {
 }
 
 FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     if (pctx == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys(d) < 0)
@@ -192,7 +178,7 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d) {
 }
 
 static CUresult primary_release(CUdevice d) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     if (fake_phys(d) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
     CUresult rc = CUDA_SUCCESS;
@@ -206,17 +192,10 @@ static CUresult primary_release(CUdevice d) {
     return rc;
 }
 
-FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d) {
-    fake_note(__func__);
-    return primary_release(d);
-}
-FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
-    fake_note(__func__);
-    return primary_release(d);
-}
+FAKE_VARIANTS(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2, (CUdevice d), primary_release, (d))
 
 static CUresult primary_reset(CUdevice d) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     if (fake_phys(d) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&g_ctx_lock);
@@ -229,7 +208,7 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice d) { return primary_reset(
 FAKE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) { return primary_reset(d); }
 
 FAKE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned int *flags, int *active) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     if (fake_phys(d) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
     if (flags)
@@ -240,7 +219,7 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned int *flags,
 }
 
 static CUresult ctx_create(CUcontext *pctx, CUdevice d) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     if (pctx == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys(d) < 0)
@@ -282,7 +261,7 @@ FAKE_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *p, unsig
 }
 
 FAKE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     struct fake_ctx *c = (struct fake_ctx *)ctx;
     if (c == NULL || c->primary || !c->alive)
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -297,7 +276,7 @@ FAKE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
 }
 
 FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     if (pctx == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     *pctx = (CUcontext)fake_current_ctx();
@@ -305,7 +284,7 @@ FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx) {
 }
 
 FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     struct fake_ctx *c = (struct fake_ctx *)ctx;
     if (c != NULL && !c->alive)
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -321,7 +300,7 @@ FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
 }
 
 FAKE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     struct fake_ctx *c = (struct fake_ctx *)ctx;
     if (c == NULL || !c->alive || t_depth >= 32)
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -330,7 +309,7 @@ FAKE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
 }
 
 FAKE_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
-    NEED_INIT();
+    FAKE_NEED_INIT();
     if (t_depth == 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     struct fake_ctx *c = t_stack[--t_depth];
@@ -352,7 +331,7 @@ FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice *d) {
 
 FAKE_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *v) {
     (void)ctx;
-    NEED_INIT();
+    FAKE_NEED_INIT();
     if (v == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     *v = 3020;
@@ -387,26 +366,18 @@ static const struct {
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
 };
 
-FAKE_EXPORT CUresult cuGetErrorName(CUresult rc, const char **s) {
+/* The name (0) or text (1) of a result code the fake returns. */
+static CUresult error_field(CUresult rc, const char **s, int text) {
     if (s == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
         if (g_errors[i].rc == rc) {
-            *s = g_errors[i].name;
+            *s = text ? g_errors[i].text : g_errors[i].name;
             return CUDA_SUCCESS;
         }
     *s = NULL;
     return CUDA_ERROR_INVALID_VALUE;
 }
 
-FAKE_EXPORT CUresult cuGetErrorString(CUresult rc, const char **s) {
-    if (s == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < sizeof g_errors / sizeof g_errors[0]; i++)
-        if (g_errors[i].rc == rc) {
-            *s = g_errors[i].text;
-            return CUDA_SUCCESS;
-        }
-    *s = NULL;
-    return CUDA_ERROR_INVALID_VALUE;
-}
+FAKE_EXPORT CUresult cuGetErrorName(CUresult rc, const char **s) { return error_field(rc, s, 0); }
+FAKE_EXPORT CUresult cuGetErrorString(CUresult rc, const char **s) { return error_field(rc, s, 1); }

@@ -19,6 +19,24 @@
 #include <sys/types.h>
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
+/* First statement of a driver call that needs cuInit. */
+#define FAKE_NEED_INIT()                                                                           \
+    do {                                                                                           \
+        if (!fake_initialized())                                                                   \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                     \
+    } while (0)
+/* Two exported ABI variants of one call (base + _ptsz, or _vN + _vM) over one implementation: each
+ * records its own name first (fake_note), so tests can tell which one a caller reached. */
+#define FAKE_VARIANTS(a, b, params, impl, args)                                                    \
+    FAKE_EXPORT CUresult a params {                                                                \
+        fake_note(#a);                                                                             \
+        return impl args;                                                                          \
+    }                                                                                              \
+    FAKE_EXPORT CUresult b params {                                                                \
+        fake_note(#b);                                                                             \
+        return impl args;                                                                          \
+    }
+
 #define FAKE_MAX_DEV 8
 #define FAKE_MAX_PROCS 128
 #define FAKE_MIB (1024ull * 1024ull)
@@ -93,8 +111,7 @@ CUresult fake_need_ctx(struct fake_ctx **out);
 enum fake_kind { FK_PLAIN = 1, FK_PITCH, FK_MANAGED, FK_POOL };
 CUresult fake_alloc_record(struct fake_ctx *ctx, enum fake_kind kind, uint64_t charged, uint64_t size,
                            void *pool, CUdeviceptr *out);
-int fake_alloc_take(CUdeviceptr ptr, enum fake_kind *kind, uint64_t *charged, uint64_t *size, void **pool,
-                    int *ordinal);
+CUresult fake_alloc_free(CUdeviceptr ptr); /* back to its pool, or uncharged; INVALID_VALUE if unknown */
 void fake_ctx_free_all(struct fake_ctx *ctx);
 uint64_t fake_next_va(int ordinal, uint64_t bytes);
 

@@ -52,24 +52,29 @@ CUresult fake_alloc_record(struct fake_ctx *ctx, enum fake_kind kind, uint64_t c
     return CUDA_SUCCESS;
 }
 
-int fake_alloc_take(CUdeviceptr ptr, enum fake_kind *kind, uint64_t *charged, uint64_t *size, void **pool,
-                    int *ordinal) {
-    int found = 0;
+/* Gives a record's bytes back: to its pool (still reserved there) or to the device. */
+static void release(const struct rec *r) {
+    if (r->kind == FK_POOL)
+        fake_pool_return(r->pool, r->size);
+    else
+        fake_uncharge(fake_phys(r->ordinal), r->charged);
+}
+
+CUresult fake_alloc_free(CUdeviceptr ptr) {
+    struct rec r = {0};
     pthread_mutex_lock(&g_lock);
     for (size_t i = 0; i < g_nrecs; i++) {
         if (g_recs[i].ptr == ptr) {
-            *kind = g_recs[i].kind;
-            *charged = g_recs[i].charged;
-            *size = g_recs[i].size;
-            *pool = g_recs[i].pool;
-            *ordinal = g_recs[i].ordinal;
+            r = g_recs[i];
             g_recs[i] = g_recs[--g_nrecs];
-            found = 1;
             break;
         }
     }
     pthread_mutex_unlock(&g_lock);
-    return found;
+    if (r.kind == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    release(&r);
+    return CUDA_SUCCESS;
 }
 
 void fake_ctx_free_all(struct fake_ctx *ctx) {
@@ -81,10 +86,7 @@ void fake_ctx_free_all(struct fake_ctx *ctx) {
             continue;
         }
         g_recs[i] = g_recs[--g_nrecs];
-        if (r.kind == FK_POOL)
-            fake_pool_return(r.pool, r.size);
-        else
-            fake_uncharge(fake_phys(r.ordinal), r.charged);
+        release(&r);
     }
     pthread_mutex_unlock(&g_lock);
 }
@@ -116,8 +118,7 @@ FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes) {
 FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                                         unsigned int elem) {
     fake_note(__func__);
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     if (pitch == NULL || width == 0 || height == 0 || (elem != 4 && elem != 8 && elem != 16))
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t p = fake_round_up(width, FAKE_PITCH_ALIGN);
@@ -142,19 +143,8 @@ FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
     CUresult rc = fake_need_ctx(&c);
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (ptr == 0)
-        return CUDA_SUCCESS;
-    enum fake_kind kind;
-    uint64_t charged, size;
-    void *pool;
-    int ordinal;
-    if (!fake_alloc_take(ptr, &kind, &charged, &size, &pool, &ordinal))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (kind == FK_POOL)
-        fake_pool_return(pool, size); /* cuMemFree on pool memory: synchronous free back to its pool */
-    else
-        fake_uncharge(fake_phys(ordinal), charged);
-    return CUDA_SUCCESS;
+    /* cuMemFree on pool memory: a synchronous free back to its pool */
+    return ptr == 0 ? CUDA_SUCCESS : fake_alloc_free(ptr);
 }
 
 FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total) {
@@ -281,8 +271,7 @@ static CUresult array_new(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels, voi
 }
 
 static CUresult array_free(void *h) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     struct fake_array *a = h;
     if (a == NULL || !a->alive)
         return CUDA_ERROR_INVALID_HANDLE;
@@ -302,7 +291,6 @@ FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray *h, const CUDA_ARRAY_DESCRIPTOR *d
 
 FAKE_EXPORT CUresult cuArray3DCreate_v2(CUarray *h, const CUDA_ARRAY3D_DESCRIPTOR *d) {
     fake_note(__func__);
-   
     return array_new(d, 1, (void **)h);
 }
 
@@ -311,7 +299,6 @@ FAKE_EXPORT CUresult cuArrayDestroy(CUarray h) { return array_free(h); }
 FAKE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *h, const CUDA_ARRAY3D_DESCRIPTOR *d,
                                             unsigned int levels) {
     fake_note(__func__);
-   
     return array_new(d, levels, (void **)h);
 }
 

@@ -1,49 +1,19 @@
 /* Fake NVML (libnvidia-ml.so.1): device list, UUIDs, memory info v1/v2 and per-process used memory,
  * all read from the fake driver's state (this library links the fake libcuda.so.1). NVML lists every
- * physical device: CUDA_VISIBLE_DEVICES does not apply to it, as with the real one. NVML types are
- * declared here (no nvml.h on these machines); layouts follow NVML 12/13. */
+ * physical device: CUDA_VISIBLE_DEVICES does not apply to it, as with the real one. NVML types and
+ * codes come from native/include/gpuslice/nvml_abi.h (no nvml.h on these machines). */
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
-#define NVML_EXPORT __attribute__((visibility("default")))
+#include "gpuslice/nvml_abi.h"
 
-typedef int nvmlReturn_t;
-enum {
-    NVML_SUCCESS = 0,
-    NVML_ERROR_UNINITIALIZED = 1,
-    NVML_ERROR_INVALID_ARGUMENT = 2,
-    NVML_ERROR_NOT_FOUND = 6,
-    NVML_ERROR_INSUFFICIENT_SIZE = 7,
-    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
-};
+#define NVML_EXPORT __attribute__((visibility("default")))
 
 struct nvmlDevice_st {
     int phys;
 };
-typedef struct nvmlDevice_st *nvmlDevice_t;
-
-typedef struct {
-    unsigned long long total, free, used;
-} nvmlMemory_t;
-
-typedef struct {
-    unsigned int version;
-    unsigned long long total, reserved, free, used;
-} nvmlMemory_v2_t;
-#define NVML_MEMORY_V2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
-
-typedef struct {
-    unsigned int pid;
-    unsigned long long usedGpuMemory;
-} nvmlProcessInfo_v1_t;
-
-typedef struct {
-    unsigned int pid;
-    unsigned long long usedGpuMemory;
-    unsigned int gpuInstanceId, computeInstanceId;
-} nvmlProcessInfo_t;
 
 /* from the fake libcuda.so.1 (state.c) */
 int fakecuda_processes(int phys, unsigned int *pids, unsigned long long *used, int cap);
@@ -227,7 +197,7 @@ static nvmlReturn_t processes(nvmlDevice_t d, unsigned int *count, void *infos, 
             nvmlProcessInfo_v1_t p = {.pid = pids[i], .usedGpuMemory = used[i]};
             memcpy(slot, &p, sizeof p);
         } else {
-            nvmlProcessInfo_t p = {.pid = pids[i], .usedGpuMemory = used[i], .gpuInstanceId = 0xffffffffu,
+            nvmlProcessInfo_v2_t p = {.pid = pids[i], .usedGpuMemory = used[i], .gpuInstanceId = 0xffffffffu,
                                    .computeInstanceId = 0xffffffffu};
             memcpy(slot, &p, sizeof p);
         }
@@ -237,11 +207,11 @@ static nvmlReturn_t processes(nvmlDevice_t d, unsigned int *count, void *infos, 
 }
 
 NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *n,
-                                                                 nvmlProcessInfo_t *p) {
+                                                                 nvmlProcessInfo_v2_t *p) {
     return processes(d, n, p, sizeof *p, 0);
 }
 NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int *n,
-                                                                 nvmlProcessInfo_t *p) {
+                                                                 nvmlProcessInfo_v2_t *p) {
     return processes(d, n, p, sizeof *p, 0);
 }
 NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *n,

@@ -65,8 +65,7 @@ void fake_pool_return(void *pool, uint64_t size) {
 }
 
 static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes, struct fake_pool *p, CUstream hs) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     CUresult rc;
     struct fake_stream *s = fake_stream_resolve(hs, &rc);
     if (s == NULL)
@@ -106,58 +105,26 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes, struct fake_pool *p,
     return rc;
 }
 
-FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *d, size_t n, CUstream s) {
-    fake_note(__func__);
-    return pool_alloc(d, n, NULL, s);
-}
-FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *d, size_t n, CUstream s) {
-    fake_note(__func__);
-    return pool_alloc(d, n, NULL, s);
-}
-
-FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *d, size_t n, CUmemoryPool pool, CUstream s) {
-    fake_note(__func__);
-   
-    return pool == NULL ? CUDA_ERROR_INVALID_VALUE : pool_alloc(d, n, (struct fake_pool *)pool, s);
-}
-
-FAKE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPool pool, CUstream s) {
-    fake_note(__func__);
-   
+static CUresult alloc_from_pool(CUdeviceptr *d, size_t n, CUmemoryPool pool, CUstream s) {
     return pool == NULL ? CUDA_ERROR_INVALID_VALUE : pool_alloc(d, n, (struct fake_pool *)pool, s);
 }
 
 static CUresult free_async(CUdeviceptr ptr, CUstream hs) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     CUresult rc;
     if (fake_stream_resolve(hs, &rc) == NULL)
         return rc;
-    enum fake_kind kind;
-    uint64_t charged, size;
-    void *pool;
-    int ordinal;
-    if (!fake_alloc_take(ptr, &kind, &charged, &size, &pool, &ordinal))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (kind == FK_POOL)
-        fake_pool_return(pool, size);
-    else
-        fake_uncharge(fake_phys(ordinal), charged);
-    return CUDA_SUCCESS;
+    return fake_alloc_free(ptr);
 }
 
-FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
-    fake_note(__func__);
-    return free_async(p, s);
-}
-FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
-    fake_note(__func__);
-    return free_async(p, s);
-}
+FAKE_VARIANTS(cuMemAllocAsync, cuMemAllocAsync_ptsz, (CUdeviceptr *d, size_t n, CUstream s), pool_alloc,
+              (d, n, NULL, s))
+FAKE_VARIANTS(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz,
+              (CUdeviceptr *d, size_t n, CUmemoryPool pool, CUstream s), alloc_from_pool, (d, n, pool, s))
+FAKE_VARIANTS(cuMemFreeAsync, cuMemFreeAsync_ptsz, (CUdeviceptr p, CUstream s), free_async, (p, s))
 
 FAKE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *out, CUdevice d) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     if (out == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     if (fake_phys(d) < 0)
@@ -176,8 +143,7 @@ FAKE_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *out, CUdevice d) {
 }
 
 FAKE_EXPORT CUresult cuDeviceSetMemPool(CUdevice d, CUmemoryPool pool) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     struct fake_pool *p = (struct fake_pool *)pool;
     if (fake_phys(d) < 0)
         return CUDA_ERROR_INVALID_DEVICE;
@@ -188,8 +154,7 @@ FAKE_EXPORT CUresult cuDeviceSetMemPool(CUdevice d, CUmemoryPool pool) {
 }
 
 FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     if (out == NULL || props == NULL || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
         props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return CUDA_ERROR_INVALID_VALUE;
@@ -205,8 +170,7 @@ FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *pr
 }
 
 FAKE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     struct fake_pool *p = (struct fake_pool *)pool;
     if (p == NULL || !p->alive || p == g_default[p->ordinal])
         return CUDA_ERROR_INVALID_VALUE;
@@ -222,8 +186,7 @@ FAKE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
 
 FAKE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
     fake_note(__func__);
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     struct fake_pool *p = (struct fake_pool *)pool;
     if (p == NULL || !p->alive)
         return CUDA_ERROR_INVALID_VALUE;
@@ -234,8 +197,7 @@ FAKE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
 }
 
 FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     struct fake_pool *p = (struct fake_pool *)pool;
     if (p == NULL || !p->alive || v == NULL)
         return CUDA_ERROR_INVALID_VALUE;
@@ -257,8 +219,7 @@ FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribut
 }
 
 FAKE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     struct fake_pool *p = (struct fake_pool *)pool;
     if (p == NULL || !p->alive || v == NULL)
         return CUDA_ERROR_INVALID_VALUE;

@@ -125,8 +125,7 @@ FAKE_EXPORT CUresult cuStreamCreateWithPriority(CUstream *out, unsigned int flag
 }
 
 FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream hs) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     struct fake_stream *s = (struct fake_stream *)hs;
     if (s == NULL || hs == CU_STREAM_LEGACY || hs == CU_STREAM_PER_THREAD || !s->alive)
         return CUDA_ERROR_INVALID_HANDLE;
@@ -134,31 +133,25 @@ FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream hs) {
     return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuStreamSynchronize(CUstream s) {
-    fake_note(__func__);
-    return stream_sync(s);
-}
-FAKE_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) {
-    fake_note(__func__);
-    return stream_sync(s);
-}
-FAKE_EXPORT CUresult cuStreamQuery(CUstream s) {
-    fake_note(__func__);
-    return stream_query(s);
-}
-FAKE_EXPORT CUresult cuStreamQuery_ptsz(CUstream s) {
-    fake_note(__func__);
-    return stream_query(s);
+FAKE_VARIANTS(cuStreamSynchronize, cuStreamSynchronize_ptsz, (CUstream s), stream_sync, (s))
+FAKE_VARIANTS(cuStreamQuery, cuStreamQuery_ptsz, (CUstream s), stream_query, (s))
+
+/* The stream and the live event a wait or a record names. */
+static CUresult stream_and_event(CUstream hs, CUevent he, struct fake_stream **s, struct fake_event **e) {
+    CUresult rc;
+    *s = fake_stream_resolve(hs, &rc);
+    *e = (struct fake_event *)he;
+    if (*s == NULL)
+        return rc;
+    return *e == NULL || !(*e)->alive ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
 }
 
 static CUresult wait_event(CUstream hs, CUevent he) {
-    CUresult rc;
-    struct fake_stream *s = fake_stream_resolve(hs, &rc);
-    struct fake_event *e = (struct fake_event *)he;
-    if (s == NULL)
+    struct fake_stream *s;
+    struct fake_event *e;
+    CUresult rc = stream_and_event(hs, he, &s, &e);
+    if (rc != CUDA_SUCCESS)
         return rc;
-    if (e == NULL || !e->alive)
-        return CUDA_ERROR_INVALID_HANDLE;
     if (e->recorded && e->ts_ns > stream_tail(s))
         atomic_store(&s->tail_ns, e->ts_ns);
     return CUDA_SUCCESS;
@@ -191,27 +184,18 @@ FAKE_EXPORT CUresult cuEventCreate(CUevent *out, unsigned int flags) {
 }
 
 static CUresult event_record(CUevent he, CUstream hs) {
-    CUresult rc;
-    struct fake_stream *s = fake_stream_resolve(hs, &rc);
-    struct fake_event *e = (struct fake_event *)he;
-    if (s == NULL)
+    struct fake_stream *s;
+    struct fake_event *e;
+    CUresult rc = stream_and_event(hs, he, &s, &e);
+    if (rc != CUDA_SUCCESS)
         return rc;
-    if (e == NULL || !e->alive)
-        return CUDA_ERROR_INVALID_HANDLE;
     int64_t now = fake_now_ns(), tail = stream_tail(s);
     e->ts_ns = tail > now ? tail : now;
     e->recorded = 1;
     return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
-    fake_note(__func__);
-    return event_record(e, s);
-}
-FAKE_EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream s) {
-    fake_note(__func__);
-    return event_record(e, s);
-}
+FAKE_VARIANTS(cuEventRecord, cuEventRecord_ptsz, (CUevent e, CUstream s), event_record, (e, s))
 
 FAKE_EXPORT CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int f) {
     (void)f;
@@ -225,8 +209,7 @@ FAKE_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned
 
 FAKE_EXPORT CUresult cuEventQuery(CUevent he) {
     struct fake_event *e = (struct fake_event *)he;
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     if (e == NULL || !e->alive)
         return CUDA_ERROR_INVALID_HANDLE;
     return !e->recorded || e->ts_ns <= fake_now_ns() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -234,8 +217,7 @@ FAKE_EXPORT CUresult cuEventQuery(CUevent he) {
 
 FAKE_EXPORT CUresult cuEventSynchronize(CUevent he) {
     struct fake_event *e = (struct fake_event *)he;
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     if (e == NULL || !e->alive)
         return CUDA_ERROR_INVALID_HANDLE;
     if (e->recorded)
@@ -246,8 +228,7 @@ FAKE_EXPORT CUresult cuEventSynchronize(CUevent he) {
 
 static CUresult elapsed(float *ms, CUevent hs, CUevent he) {
     struct fake_event *a = (struct fake_event *)hs, *b = (struct fake_event *)he;
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     if (ms == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     if (a == NULL || b == NULL || !a->alive || !b->alive || !a->recorded || !b->recorded || !a->timing ||
@@ -260,19 +241,11 @@ static CUresult elapsed(float *ms, CUevent hs, CUevent he) {
     return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
-    fake_note(__func__);
-    return elapsed(ms, a, b);
-}
-FAKE_EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) {
-    fake_note(__func__);
-    return elapsed(ms, a, b);
-}
+FAKE_VARIANTS(cuEventElapsedTime, cuEventElapsedTime_v2, (float *ms, CUevent a, CUevent b), elapsed, (ms, a, b))
 
 FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent he) {
     struct fake_event *e = (struct fake_event *)he;
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     if (e == NULL || !e->alive)
         return CUDA_ERROR_INVALID_HANDLE;
     e->alive = 0;
@@ -292,8 +265,7 @@ FAKE_EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) {
 }
 
 FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     if (f == NULL || m == NULL || name == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     *f = (CUfunction)&g_function_token;
@@ -305,52 +277,32 @@ FAKE_EXPORT CUresult cuModuleUnload(CUmodule m) {
 }
 
 /* ---- launches ---- */
-FAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                    unsigned bz, unsigned shm, CUstream s, void **params, void **extra) {
-    fake_note(__func__);
+static CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                              unsigned bz, unsigned shm, CUstream s, void **params, void **extra) {
     (void)f, (void)bx, (void)by, (void)bz, (void)shm, (void)params, (void)extra;
     return launch(s, gx, gy, gz);
 }
 
-FAKE_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                         unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
-                                         void **extra) {
-    fake_note(__func__);
-    (void)f, (void)bx, (void)by, (void)bz, (void)shm, (void)params, (void)extra;
-    return launch(s, gx, gy, gz);
-}
-
-FAKE_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
-    fake_note(__func__);
+static CUresult launch_ex(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
     (void)f, (void)params, (void)extra;
     return cfg == NULL ? CUDA_ERROR_INVALID_VALUE : launch(cfg->hStream, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ);
 }
 
-FAKE_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
-    fake_note(__func__);
-    (void)f, (void)params, (void)extra;
-    return cfg == NULL ? CUDA_ERROR_INVALID_VALUE : launch(cfg->hStream, cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ);
-}
-
-FAKE_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                                               unsigned by, unsigned bz, unsigned shm, CUstream s, void **params) {
-    fake_note(__func__);
-    (void)f, (void)bx, (void)by, (void)bz, (void)shm, (void)params;
-    return launch(s, gx, gy, gz);
-}
-
-FAKE_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                                                    unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
-                                                    void **params) {
-    fake_note(__func__);
-    (void)f, (void)bx, (void)by, (void)bz, (void)shm, (void)params;
-    return launch(s, gx, gy, gz);
-}
+FAKE_VARIANTS(cuLaunchKernel, cuLaunchKernel_ptsz,
+              (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+               unsigned shm, CUstream s, void **params, void **extra),
+              launch_kernel, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra))
+FAKE_VARIANTS(cuLaunchKernelEx, cuLaunchKernelEx_ptsz,
+              (const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra), launch_ex,
+              (cfg, f, params, extra))
+FAKE_VARIANTS(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz,
+              (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+               unsigned shm, CUstream s, void **params),
+              launch_kernel, (f, gx, gy, gz, bx, by, bz, shm, s, params, NULL))
 
 /* ---- graphs: a graph is the sum of its kernel nodes' blocks, launched as one piece of work ---- */
 FAKE_EXPORT CUresult cuGraphCreate(CUgraph *g, unsigned int flags) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     if (g == NULL || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     struct fake_graph *fg = calloc(1, sizeof *fg);
@@ -395,14 +347,7 @@ static CUresult graph_launch(CUgraphExec exec, CUstream hs) {
     return enqueue(s, e->blocks);
 }
 
-FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream s) {
-    fake_note(__func__);
-    return graph_launch(e, s);
-}
-FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream s) {
-    fake_note(__func__);
-    return graph_launch(e, s);
-}
+FAKE_VARIANTS(cuGraphLaunch, cuGraphLaunch_ptsz, (CUgraphExec e, CUstream s), graph_launch, (e, s))
 
 FAKE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
     struct fake_graph *e = (struct fake_graph *)exec;

@@ -31,8 +31,7 @@ static CUresult check_prop(const CUmemAllocationProp *p) {
 
 FAKE_EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p,
                                                    CUmemAllocationGranularity_flags opt) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     if (g == NULL || (opt != CU_MEM_ALLOC_GRANULARITY_MINIMUM && opt != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
         return CUDA_ERROR_INVALID_VALUE;
     CUresult rc = check_prop(p);
@@ -73,8 +72,7 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *out, size_t size,
 }
 
 FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     struct vmm_handle *h = (struct vmm_handle *)(uintptr_t)handle;
     if (h == NULL || h->released)
         return CUDA_ERROR_INVALID_VALUE;
@@ -89,8 +87,7 @@ FAKE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t a
                                          unsigned long long flags) {
     (void)align;
     (void)addr;
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     if (ptr == NULL || size == 0 || size % FAKE_GRANULE != 0 || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     *ptr = (CUdeviceptr)fake_next_va(FAKE_MAX_DEV - 1, size); /* VA only: no device bytes */
@@ -98,15 +95,13 @@ FAKE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t a
 }
 
 FAKE_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     return ptr == 0 || size == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                               unsigned long long flags) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     struct vmm_handle *h = (struct vmm_handle *)(uintptr_t)handle;
     if (h == NULL || h->released || ptr == 0 || flags != 0 || offset + size > h->size || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -125,8 +120,7 @@ FAKE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmem
 }
 
 FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     CUresult rc = CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&g_lock);
     for (struct vmm_map **pp = &g_maps; *pp != NULL; pp = &(*pp)->next) {
@@ -145,8 +139,7 @@ FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 }
 
 FAKE_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
-    if (!fake_initialized())
-        return CUDA_ERROR_NOT_INITIALIZED;
+    FAKE_NEED_INIT();
     if (desc == NULL || count == 0)
         return CUDA_ERROR_INVALID_VALUE;
     CUresult rc = CUDA_ERROR_INVALID_VALUE;

@@ -159,10 +159,10 @@ class Region:
             raise ShimError(f"region {path}: {len(data)} bytes, expected {REGION_SIZE}; "
                             "the file is truncated or from another build")
         procs = cls._slots(data, min(slot_hwm, MAX_SLOTS), check_alive)
+        live = [pr for pr in procs if pr.state == "live" and pr.alive is not False]
         devices = []
         for i in range(MAX_DEVICES):
             uuid, limit, ctx = _DEVICE.unpack_from(data, DEVICES_OFFSET + i * DEVICE_SIZE)
-            live = [pr for pr in procs if pr.state == "live" and pr.alive is not False]
             devices.append(DeviceView(
                 index=i, uuid=uuid.split(b"\0", 1)[0].decode("ascii", "replace"), limit=limit,
                 context_bytes=ctx, used=sum(pr.used[i] for pr in live),
@@ -177,7 +177,7 @@ class Region:
         for i in range(count):
             off = SLOTS_OFFSET + i * SLOT_SIZE
             fields = _SLOT.unpack_from(data, off)
-            pid, state, start = fields[0], fields[1], fields[2]
+            pid, state, start = fields[:3]
             if pid == 0:
                 continue
             busy, throttle, *_ = _COMPUTE_PROC.unpack_from(data, off + _COMPUTE_PROC_OFFSET)
@@ -296,7 +296,7 @@ def _render(region: Region) -> Any:
 
     devs = Table(title=f"gpuslice region {region.path}", title_justify="left")
     for col in ("GPU", "UUID", "used", "limit", "use %", "context"):
-        devs.add_column(col, justify="right" if col not in ("UUID",) else "left")
+        devs.add_column(col, justify="left" if col == "UUID" else "right")
     for d in region.limited_devices():
         pct = f"{100 * (d.used + d.pending) / d.limit:.0f}%" if d.limit else "-"
         devs.add_row(str(d.index), d.uuid or "-", _fmt_bytes(d.used + d.pending),

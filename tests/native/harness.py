@@ -80,7 +80,16 @@ def build_all(bin_dir: Path) -> Binaries:
     if not LIB.is_file():
         raise BuildError(f"`make -C native` succeeded but {LIB} does not exist")
     cc = os.environ.get("CC", "cc")
-    warn = ["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", f"-I{CUDA_INCLUDE}"]
+    warn = [
+        "-std=gnu11",
+        "-O1",
+        "-g",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        f"-I{NATIVE / 'include'}",
+        f"-I{CUDA_INCLUDE}",
+    ]
     fake = [f"-L{FAKE_DIR}", f"-Wl,-rpath-link,{FAKE_DIR}"]
     probe = str(PROGS / "probe.c")
     steps = [
@@ -256,15 +265,7 @@ class Harness:
         timeout: float = 30,
         **env_kw: object,
     ) -> Result:
-        argv = self.argv(cmds, via, binary)
-        proc = subprocess.run(
-            argv,
-            env=self.env(**env_kw),
-            capture_output=True,
-            text=True,  # type: ignore[arg-type]
-            timeout=timeout,
-        )
-        return Result(argv, proc.returncode, proc.stdout, proc.stderr)
+        return self.run(self.argv(cmds, via, binary), timeout=timeout, **env_kw)
 
     def spawn(
         self, *cmds: object, via: str | None = None, binary: str = "probe", **env_kw: object

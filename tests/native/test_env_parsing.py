@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from harness import CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS, GiB, Harness, KiB, MiB
+from harness import CUDA_ERROR_INVALID_VALUE, CUDA_SUCCESS, GiB, Harness, KiB, MiB, Result
 
 ACCEPTED = [
     ("67108864", 64 * MiB),
@@ -83,35 +83,21 @@ def test_the_error_line_suggests_the_fix_for_decimal_units(gs: Harness) -> None:
     assert "4G" in line and "4GiB" in line, f"suggest 4G or 4GiB: {line}"
 
 
+def info_on_devices_0_and_1(gs: Harness, **env: object) -> Result:
+    """cuMemGetInfo on device 0, then on device 1, of a fake with two devices."""
+    return gs.probe("init", "ctx", 0, "info", "ctx", 1, "info", devices=2, **env)
+
+
 def test_per_device_limits_apply_to_their_own_device(gs: Harness) -> None:
-    res = gs.probe(
-        "init",
-        "ctx",
-        0,
-        "info",
-        "ctx",
-        1,
-        "info",
-        devices=2,
-        extra={"CUDA_DEVICE_MEMORY_LIMIT_0": "32Mi", "CUDA_DEVICE_MEMORY_LIMIT_1": "48Mi"},
+    res = info_on_devices_0_and_1(
+        gs, extra={"CUDA_DEVICE_MEMORY_LIMIT_0": "32Mi", "CUDA_DEVICE_MEMORY_LIMIT_1": "48Mi"}
     )
     dev0, dev1 = res.of("info")
     assert (dev0.int("total"), dev1.int("total")) == (32 * MiB, 48 * MiB), res.describe()
 
 
 def test_a_per_device_limit_overrides_the_all_devices_limit(gs: Harness) -> None:
-    res = gs.probe(
-        "init",
-        "ctx",
-        0,
-        "info",
-        "ctx",
-        1,
-        "info",
-        devices=2,
-        limit="64Mi",
-        extra={"CUDA_DEVICE_MEMORY_LIMIT_1": "16Mi"},
-    )
+    res = info_on_devices_0_and_1(gs, limit="64Mi", extra={"CUDA_DEVICE_MEMORY_LIMIT_1": "16Mi"})
     dev0, dev1 = res.of("info")
     assert (dev0.int("total"), dev1.int("total")) == (64 * MiB, 16 * MiB), res.describe()
 

@@ -7,25 +7,17 @@ from __future__ import annotations
 
 import json
 
-from harness import CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, Harness, MiB, read_line
+from harness import CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, Harness, MiB, Result, read_line
+
+
+def run_probe(gs: Harness, *probe_args: object, region: str | None = None) -> Result:
+    """`gpuslice run --gpu-memory 64Mi [--region REGION] -- probe PROBE_ARGS...`."""
+    where = ["--region", region] if region else []
+    return gs.gpuslice("run", "--gpu-memory", "64Mi", *where, "--", gs.bins["probe"], *probe_args)
 
 
 def test_run_enforces_the_gpu_memory_limit_on_the_command(gs: Harness) -> None:
-    probe = str(gs.bins["probe"])
-    res = gs.gpuslice(
-        "run",
-        "--gpu-memory",
-        "64Mi",
-        "--",
-        probe,
-        "init",
-        "ctx",
-        "info",
-        "alloc",
-        64 * MiB,
-        "alloc",
-        1,
-    )
+    res = run_probe(gs, "init", "ctx", "info", "alloc", 64 * MiB, "alloc", 1)
     assert res.returncode == 0, res.describe()
     assert res.one("info").int("total") == 64 * MiB, res.describe()
     assert [a.rc for a in res.of("alloc")] == [CUDA_SUCCESS, CUDA_ERROR_OUT_OF_MEMORY], (
@@ -49,40 +41,14 @@ def test_run_rejects_a_bad_size_with_one_line(gs: Harness) -> None:
 
 def test_two_runs_given_one_region_share_one_cap(gs: Harness) -> None:
     region = str(gs.tmp / "shared.region")
-    probe = str(gs.bins["probe"])
-    first = gs.gpuslice(
-        "run",
-        "--gpu-memory",
-        "64Mi",
-        "--region",
-        region,
-        "--",
-        probe,
-        "init",
-        "ctx",
-        "alloc",
-        1,
-        "info",
-    )
+    first = run_probe(gs, "init", "ctx", "alloc", 1, "info", region=region)
     assert first.one("info").int("total") == 64 * MiB, first.describe()
     holder = gs.spawn(
         "init", "ctx", "alloc", 40 * MiB, "hold", limit="64Mi", region=gs.tmp / "shared.region"
     )
     try:
         assert read_line(holder, "alloc").rc == CUDA_SUCCESS
-        second = gs.gpuslice(
-            "run",
-            "--gpu-memory",
-            "64Mi",
-            "--region",
-            region,
-            "--",
-            probe,
-            "init",
-            "ctx",
-            "alloc",
-            32 * MiB,
-        )
+        second = run_probe(gs, "init", "ctx", "alloc", 32 * MiB, region=region)
         assert second.one("alloc").rc == CUDA_ERROR_OUT_OF_MEMORY, (
             f"40 MiB held by another process of the region:\n{second.describe()}"
         )

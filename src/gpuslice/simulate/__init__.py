@@ -5,7 +5,7 @@ Modules, in the order to read them:
   cluster.py    cluster file (YAML) -> NodeInventory list, strict validation
   trace.py      trace file (JSON lines / YAML) -> Job list, via gpuslice.dialects
   engine.py     discrete-event replay: event order, FIFO-with-backfill queue, outcomes
-  metrics.py    time-weighted usage (footprints from allocator.footprint), fragmentation, percentiles, Metrics
+  metrics.py    time-weighted usage (via allocator.footprint), fragmentation, percentiles
   report.py     rich table (a column per policy) and JSON lines
 Formats and metric definitions: docs/simulate.md. Imports nothing here, so `--help` stays fast.
 Tests: tests/unit/simulate/, tests/unit/test_cli_simulate.py, tests/golden/simulate_small.*

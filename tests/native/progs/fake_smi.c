@@ -6,20 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef int nvmlReturn_t;
-typedef void *nvmlDevice_t;
-typedef struct {
-    unsigned long long total, free, used;
-} nvmlMemory_t;
-typedef struct {
-    unsigned int version;
-    unsigned long long total, reserved, free, used;
-} nvmlMemory_v2_t;
-typedef struct {
-    unsigned int pid;
-    unsigned long long usedGpuMemory;
-    unsigned int gpuInstanceId, computeInstanceId;
-} nvmlProcessInfo_t;
+#include "gpuslice/nvml_abi.h"
 
 #ifdef GS_SMI_LINKED
 nvmlReturn_t nvmlInit_v2(void);
@@ -29,7 +16,7 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t, char *, unsigned int);
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t, char *, unsigned int);
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t *);
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t, nvmlMemory_v2_t *);
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v2_t *);
 nvmlReturn_t nvmlShutdown(void);
 #define LOAD(name) 1
 #else
@@ -40,7 +27,7 @@ static nvmlReturn_t (*nvmlDeviceGetUUID)(nvmlDevice_t, char *, unsigned int);
 static nvmlReturn_t (*nvmlDeviceGetName)(nvmlDevice_t, char *, unsigned int);
 static nvmlReturn_t (*nvmlDeviceGetMemoryInfo)(nvmlDevice_t, nvmlMemory_t *);
 static nvmlReturn_t (*nvmlDeviceGetMemoryInfo_v2)(nvmlDevice_t, nvmlMemory_v2_t *);
-static nvmlReturn_t (*nvmlDeviceGetComputeRunningProcesses_v3)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+static nvmlReturn_t (*nvmlDeviceGetComputeRunningProcesses_v3)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_v2_t *);
 static nvmlReturn_t (*nvmlShutdown)(void);
 static void *g_lib;
 #define LOAD(name) ((*(void **)&name = dlsym(g_lib, #name)) != NULL)
@@ -73,7 +60,7 @@ int main(void) {
         nvmlMemory_v2_t m2;
         memset(&m1, 0, sizeof m1);
         memset(&m2, 0, sizeof m2);
-        m2.version = (unsigned int)(sizeof m2 | (2u << 24));
+        m2.version = NVML_MEMORY_V2;
         nvmlDeviceGetHandleByIndex_v2(i, &d);
         nvmlDeviceGetUUID(d, uuid, sizeof uuid);
         nvmlDeviceGetName(d, name, sizeof name);
@@ -82,7 +69,7 @@ int main(void) {
         printf("gpu %u uuid=%s v1_rc=%d v1_total=%llu v1_used=%llu v1_free=%llu v2_rc=%d v2_total=%llu "
                "v2_reserved=%llu v2_used=%llu v2_free=%llu\n",
                i, uuid, r1, m1.total, m1.used, m1.free, r2, m2.total, m2.reserved, m2.used, m2.free);
-        nvmlProcessInfo_t procs[64];
+        nvmlProcessInfo_v2_t procs[64];
         unsigned int np = 64;
         if (nvmlDeviceGetComputeRunningProcesses_v3(d, &np, procs) == 0)
             for (unsigned int k = 0; k < np; k++)

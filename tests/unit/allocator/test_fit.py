@@ -6,7 +6,8 @@ import pytest
 from alloc_helpers import A10, H100, gpu, node, one, pod, req, state
 
 from gpuslice.allocator import REASONS, ClusterState, parse_policy
-from gpuslice.allocator.fit import NO_INVENTORY, PodPlan
+from gpuslice.allocator.plan import PodPlan
+from gpuslice.allocator.reasons import NO_INVENTORY
 from gpuslice.errors import RequestError
 from gpuslice.model import ContainerKind, GPUFilter, NodeInventory
 

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuslice.allocator import AllocationError, ClusterState, parse_policy
-from gpuslice.allocator.fit import NO_SET, PodPlan
+from gpuslice.allocator.plan import PodPlan
+from gpuslice.allocator.reasons import NO_SET
 from gpuslice.model import (
     GPU,
     ContainerAssignment,

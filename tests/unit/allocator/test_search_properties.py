@@ -20,8 +20,11 @@ from alloc_helpers import node, one, pod, reference_usage, req, state
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuslice.allocator import AllocationError, ClusterState, fit, parse_policy
-from gpuslice.allocator.fit import NO_SET, Gate, PodPlan
+from gpuslice.allocator import AllocationError, ClusterState, parse_policy, search
+from gpuslice.allocator.gate import Gate
+from gpuslice.allocator.plan import PodPlan
+from gpuslice.allocator.policies import GpuPolicy
+from gpuslice.allocator.reasons import NO_SET
 from gpuslice.allocator.usage import NodeTable
 from gpuslice.model import (
     EXCLUSIVE_CORES,
@@ -89,11 +92,11 @@ def small_pods(draw: st.DrawFn, uuids: list[str]) -> PodRequest:
 @contextlib.contextmanager
 def greedy_only() -> Iterator[None]:
     """No search budget: `place` tries only the policy's first choice per container."""
-    saved, fit.MAX_SEARCH = fit.MAX_SEARCH, 0
+    saved, search.MAX_SEARCH = search.MAX_SEARCH, 0
     try:
         yield
     finally:
-        fit.MAX_SEARCH = saved
+        search.MAX_SEARCH = saved
 
 
 def _allowed(pod_: PodRequest, g: GPU) -> bool:
@@ -162,18 +165,21 @@ def test_the_search_finds_a_placement_exactly_when_brute_force_does_on_small_nod
                 "the placement found must itself be valid"
 
 
+def plan_and_gpu_policy(pod_: PodRequest, pname: str) -> tuple[PodPlan, GpuPolicy]:
+    """The pod's plan and its GPU policy (the pod's overrides applied), as the filter uses them."""
+    return PodPlan(pod_), parse_policy(pname).with_overrides(pod_.node_policy, pod_.gpu_policy).gpu
+
+
 @SETTINGS
 @given(cases())
 def test_the_search_returns_the_greedy_placement_whenever_that_one_works(case):
     state_, pod_, pname = case
-    policy = parse_policy(pname)
-    gpu = policy.with_overrides(pod_.node_policy, pod_.gpu_policy).gpu
-    plan = PodPlan(pod_)
+    plan, gpu = plan_and_gpu_policy(pod_, pname)
     for name in state_.nodes():
         s = state_.snapshot(name)
-        searched = fit.place(s, plan, gpu)
+        searched = search.place(s, plan, gpu)
         with greedy_only():
-            greedy = fit.place(s, plan, gpu)
+            greedy = search.place(s, plan, gpu)
         if greedy is not None:
             assert searched == greedy, "the policy's first choice is kept when it works"
 
@@ -182,9 +188,7 @@ def test_the_search_returns_the_greedy_placement_whenever_that_one_works(case):
 @given(cases())
 def test_the_summary_gate_admits_only_nodes_the_greedy_choice_places(case):
     state_, pod_, pname = case
-    policy = parse_policy(pname)
-    gpu = policy.with_overrides(pod_.node_policy, pod_.gpu_policy).gpu
-    plan = PodPlan(pod_)
+    plan, gpu = plan_and_gpu_policy(pod_, pname)
     gate = Gate(plan, gpu)
     table = NodeTable({n: state_.snapshot(n) for n in state_.nodes()})
     cols = gate.columns(table)
@@ -196,7 +200,7 @@ def test_the_summary_gate_admits_only_nodes_the_greedy_choice_places(case):
         if not gate.passes(s):
             continue
         with greedy_only():
-            placed = fit.place(s, plan, gpu)
+            placed = search.place(s, plan, gpu)
         assert placed is not None, "a gate pass means the greedy choice succeeds"
         add = gate.add_for(s.uniform_mem)
         assert add is None or add == placed[1], \
@@ -245,10 +249,10 @@ def test_on_tight_small_nodes_the_search_matches_brute_force_where_greedy_misses
         st_, p, pname = _tight_case(rng)
         gpu = parse_policy(pname).gpu
         plan, s = PodPlan(p), st_.snapshot("n")
-        found = fit.place(s, plan, gpu)
+        found = search.place(s, plan, gpu)
         assert (found is not None) == _brute_force_fits(st_, p, "n"), (p, pname)
         with greedy_only():
-            missed += found is not None and fit.place(s, plan, gpu) is None
+            missed += found is not None and search.place(s, plan, gpu) is None
     assert missed >= 5, f"only {missed} cases needed the search; the sweep must exercise it"
 
 
@@ -302,6 +306,6 @@ def test_an_infeasible_pod_on_a_wide_node_is_rejected_after_bounded_work():
             req("mid2", mem=100, count=4), req("big", mem=9000))
     assert st_.filter(p, parse_policy("binpack")).failed["n"].reason == NO_SET
     counting = _Counting()
-    assert fit.place(st_.snapshot("n"), PodPlan(p), counting) is None
-    assert counting.calls <= 2 * (fit.MAX_SEARCH + 4), \
+    assert search.place(st_.snapshot("n"), PodPlan(p), counting) is None
+    assert counting.calls <= 2 * (search.MAX_SEARCH + 4), \
         f"{counting.calls} GPU-set choices: the search must stop near MAX_SEARCH"

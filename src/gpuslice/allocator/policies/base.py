@@ -2,7 +2,7 @@
 
 Owns: `NodePolicy` (score a node 0..10 from how full it will be) and `GpuPolicy` (pick the
 GPUs for one container among candidates that already fit), plus `Candidate`.
-Does not: decide whether a GPU fits (allocator/fit.py) or keep usage (allocator/state.py).
+Does not: decide whether a GPU fits (allocator/search.py) or keep usage (allocator/state.py).
 Invariants: policies are pure and deterministic; a GpuPolicy returns exactly `count` distinct
 candidates whenever at least `count` are offered (preferences never reject).
 Tests: tests/unit/allocator/test_policies.py
