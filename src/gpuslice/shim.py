@@ -301,8 +301,8 @@ def _render(region: Region) -> Any:
         pct = f"{100 * (d.used + d.pending) / d.limit:.0f}%" if d.limit else "-"
         devs.add_row(str(d.index), d.uuid or "-", _fmt_bytes(d.used + d.pending),
                      _fmt_bytes(d.limit) if d.limit else "none", pct, _fmt_bytes(d.context_bytes))
-    procs = Table(title=f"processes (compute limit: {region.sm_limit or 'none'}%)",
-                  title_justify="left")
+    compute = f"{region.sm_limit}%" if region.sm_limit else "none"
+    procs = Table(title=f"processes (compute limit: {compute})", title_justify="left")
     for col in ("slot", "pid", "state", "alive", "used", "GPU busy s"):
         procs.add_column(col, justify="right")
     for p in region.processes:
