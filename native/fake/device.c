@@ -1,5 +1,6 @@
 /* Fake driver: initialisation, devices (CUDA_VISIBLE_DEVICES honoured), contexts and their footprint
- * (FAKE_CUDA_CONTEXT_MIB charged per primary context while retained and per created context). */
+ * (FAKE_CUDA_CONTEXT_MIB charged per primary context while retained and per created context, plus
+ * FAKE_CUDA_CONTEXT_UNLISTED_MIB that only the device total shows, not NVML's per-process list). */
 #include "fake.h"
 
 #include <pthread.h>
@@ -143,6 +144,13 @@ static CUresult ctx_start(struct fake_ctx *c, int ordinal, int primary) {
         if (rc != CUDA_SUCCESS)
             return rc;
     }
+    if (fake_cfg()->ctx_unlisted > 0) {
+        CUresult rc = fake_charge_unlisted(fake_phys(ordinal), fake_cfg()->ctx_unlisted);
+        if (rc != CUDA_SUCCESS) {
+            fake_uncharge(fake_phys(ordinal), fake_cfg()->ctx_bytes);
+            return rc;
+        }
+    }
     c->ordinal = ordinal;
     c->primary = primary;
     c->alive = 1;
@@ -153,8 +161,10 @@ static CUresult ctx_start(struct fake_ctx *c, int ordinal, int primary) {
 
 static void ctx_stop(struct fake_ctx *c) {
     fake_ctx_free_all(c);
-    if (c->alive)
+    if (c->alive) {
         fake_uncharge(fake_phys(c->ordinal), fake_cfg()->ctx_bytes);
+        fake_uncharge_unlisted(fake_phys(c->ordinal), fake_cfg()->ctx_unlisted);
+    }
     c->alive = 0;
 }
 
@@ -338,15 +348,31 @@ FAKE_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *v) {
     return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuCtxSynchronize(void) {
-    struct fake_ctx *c;
-    CUresult rc = fake_need_ctx(&c);
-    if (rc != CUDA_SUCCESS)
-        return rc;
+static CUresult ctx_sync(struct fake_ctx *c) {
     int phys = fake_phys(c->ordinal);
     fake_sleep_until(atomic_load(&fake_state()->busy_until_ns[phys]));
     fake_pools_release_at_sync();
     return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxSynchronize(void) {
+    fake_note(__func__);
+    struct fake_ctx *c;
+    CUresult rc = fake_need_ctx(&c);
+    return rc != CUDA_SUCCESS ? rc : ctx_sync(c);
+}
+
+/* CUDA 13: the context to wait for is named (NULL = the current one). */
+FAKE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+    fake_note(__func__);
+    struct fake_ctx *c = (struct fake_ctx *)ctx;
+    if (c == NULL) {
+        CUresult rc = fake_need_ctx(&c);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+    }
+    FAKE_NEED_INIT();
+    return c->alive ? ctx_sync(c) : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 static const struct {

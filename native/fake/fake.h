@@ -6,7 +6,8 @@
  * driver frees a dead process's memory); charge/uncharge happen under one lock (flock on the file,
  * which the kernel drops when a holder dies), so the fake's own accounting is exact.
  * Env: FAKE_CUDA_DEVICES (1), FAKE_CUDA_MEMORY_MIB (16384), FAKE_CUDA_CONTEXT_MIB (0: footprint of
- * each context), FAKE_CUDA_STATE (path), FAKE_CUDA_SM_COUNT (132), FAKE_CUDA_NS_PER_BLOCK (1000),
+ * each context), FAKE_CUDA_CONTEXT_UNLISTED_MIB (0: device memory each context also takes that NVML's
+ * per-process list does not show, as on a real GPU), FAKE_CUDA_STATE (path), FAKE_CUDA_SM_COUNT (132), FAKE_CUDA_NS_PER_BLOCK (1000),
  * FAKE_CUDA_POOL_CHUNK_MIB (2), FAKE_CUDA_NAME, CUDA_VISIBLE_DEVICES (indices or UUIDs; NVML ignores it).
  * Tests: tests/native/ (they drive libgpuslice against this driver). */
 #ifndef GS_FAKE_H
@@ -62,10 +63,13 @@ struct fake_shared {
     _Atomic int64_t busy_until_ns[FAKE_MAX_DEV];  /* virtual timeline: device busy until (CLOCK_MONOTONIC) */
     _Atomic uint64_t oom_count[FAKE_MAX_DEV];     /* allocations the fake refused for lack of memory */
     struct fake_proc procs[FAKE_MAX_PROCS];
+    /* per slot of procs[]: bytes in the device's used total but not in NVML's per-process list */
+    _Atomic uint64_t unlisted[FAKE_MAX_PROCS][FAKE_MAX_DEV];
 };
 
 _Static_assert(sizeof(struct fake_proc) == 16 + 8 * FAKE_MAX_DEV, "state layout");
-_Static_assert(sizeof(struct fake_shared) == 16 + 32 * FAKE_MAX_DEV + FAKE_MAX_PROCS * (16 + 8 * FAKE_MAX_DEV),
+_Static_assert(sizeof(struct fake_shared) ==
+                   16 + 32 * FAKE_MAX_DEV + FAKE_MAX_PROCS * (16 + 8 * FAKE_MAX_DEV) + FAKE_MAX_PROCS * 8 * FAKE_MAX_DEV,
                "state layout");
 
 /* state.c */
@@ -74,6 +78,7 @@ struct fake_cfg {
     int nvisible;                 /* after CUDA_VISIBLE_DEVICES */
     int visible[FAKE_MAX_DEV];    /* CUDA ordinal -> physical index */
     uint64_t ctx_bytes;
+    uint64_t ctx_unlisted;
     uint64_t pool_chunk;
     int sm_count;
     int64_t ns_per_block;
@@ -86,6 +91,9 @@ void fake_uuid_string(int phys, char *out, size_t len);
 int fake_phys(int ordinal);                    /* -1 if ordinal is not visible */
 CUresult fake_charge(int phys, uint64_t bytes); /* CUDA_ERROR_OUT_OF_MEMORY if the device is full */
 void fake_uncharge(int phys, uint64_t bytes);
+/* Same, for bytes the device's used total includes but NVML's per-process list does not. */
+CUresult fake_charge_unlisted(int phys, uint64_t bytes);
+void fake_uncharge_unlisted(int phys, uint64_t bytes);
 uint64_t fake_device_used(int phys);           /* all live processes */
 int64_t fake_now_ns(void);
 void fake_sleep_until(int64_t t_ns);
@@ -123,5 +131,8 @@ void fake_pool_return(void *pool, uint64_t size);
 struct fake_stream *fake_stream_resolve(CUstream s, CUresult *rc);
 struct fake_stream *fake_stream_new(struct fake_ctx *ctx, unsigned flags);
 int fake_stream_ordinal(struct fake_stream *s);
+/* A "potentially unsafe" call under the capture rules: 1 (and the captures are invalidated) if
+ * this thread may not make it now; the caller then returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED. */
+int fake_capture_unsafe(void);
 
 #endif

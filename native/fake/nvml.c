@@ -1,10 +1,12 @@
 /* Fake NVML (libnvidia-ml.so.1): device list, UUIDs, memory info v1/v2 and per-process used memory,
  * all read from the fake driver's state (this library links the fake libcuda.so.1). NVML lists every
- * physical device: CUDA_VISIBLE_DEVICES does not apply to it, as with the real one. NVML types and
+ * physical device: CUDA_VISIBLE_DEVICES does not apply to it, as with the real one. FAKE_NVML_PID_OFFSET
+ * (0) is added to the pids it lists: a container's process sees host pids, not its own. NVML types and
  * codes come from native/include/gpuslice/nvml_abi.h (no nvml.h on these machines). */
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpuslice/nvml_abi.h"
@@ -187,6 +189,8 @@ static nvmlReturn_t processes(nvmlDevice_t d, unsigned int *count, void *infos, 
     int n = fakecuda_processes(d->phys, pids, used, 128);
     if (n > 128)
         n = 128;
+    const char *off = getenv("FAKE_NVML_PID_OFFSET");
+    unsigned int shift = off ? (unsigned int)strtoul(off, NULL, 10) : 0;
     if ((unsigned int)n > *count) {
         *count = (unsigned int)n;
         return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -194,10 +198,10 @@ static nvmlReturn_t processes(nvmlDevice_t d, unsigned int *count, void *infos, 
     for (int i = 0; i < n; i++) {
         char *slot = (char *)infos + (size_t)i * stride;
         if (v1) {
-            nvmlProcessInfo_v1_t p = {.pid = pids[i], .usedGpuMemory = used[i]};
+            nvmlProcessInfo_v1_t p = {.pid = pids[i] + shift, .usedGpuMemory = used[i]};
             memcpy(slot, &p, sizeof p);
         } else {
-            nvmlProcessInfo_v2_t p = {.pid = pids[i], .usedGpuMemory = used[i], .gpuInstanceId = 0xffffffffu,
+            nvmlProcessInfo_v2_t p = {.pid = pids[i] + shift, .usedGpuMemory = used[i], .gpuInstanceId = 0xffffffffu,
                                    .computeInstanceId = 0xffffffffu};
             memcpy(slot, &p, sizeof p);
         }

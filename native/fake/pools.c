@@ -198,6 +198,8 @@ FAKE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
 
 FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
     FAKE_NEED_INIT();
+    if (fake_capture_unsafe()) /* as the real driver: refused, and the capture is invalidated */
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     struct fake_pool *p = (struct fake_pool *)pool;
     if (p == NULL || !p->alive || v == NULL)
         return CUDA_ERROR_INVALID_VALUE;

@@ -100,6 +100,7 @@ static void init_layout(struct fake_shared *s) {
 static void init_once(void) {
     g_cfg.ndev = (int)env_long("FAKE_CUDA_DEVICES", 1, 0, FAKE_MAX_DEV);
     g_cfg.ctx_bytes = (uint64_t)env_long("FAKE_CUDA_CONTEXT_MIB", 0, 0, 1 << 20) * FAKE_MIB;
+    g_cfg.ctx_unlisted = (uint64_t)env_long("FAKE_CUDA_CONTEXT_UNLISTED_MIB", 0, 0, 1 << 20) * FAKE_MIB;
     g_cfg.pool_chunk = (uint64_t)env_long("FAKE_CUDA_POOL_CHUNK_MIB", 2, 2, 1 << 20) * FAKE_MIB;
     g_cfg.sm_count = (int)env_long("FAKE_CUDA_SM_COUNT", 132, 1, 100000);
     g_cfg.ns_per_block = env_long("FAKE_CUDA_NS_PER_BLOCK", 1000, 0, 1000000000L);
@@ -215,8 +216,10 @@ static struct fake_proc *my_slot_locked(void) {
     for (int i = 0; i < FAKE_MAX_PROCS; i++) {
         struct fake_proc *p = &s->procs[i];
         if (atomic_load(&p->pid) != 0 && !slot_alive(p)) {
-            for (int d = 0; d < FAKE_MAX_DEV; d++)
+            for (int d = 0; d < FAKE_MAX_DEV; d++) {
                 atomic_store(&p->used[d], 0);
+                atomic_store(&s->unlisted[i][d], 0);
+            }
             atomic_store(&p->pid, 0);
         }
     }
@@ -225,8 +228,10 @@ static struct fake_proc *my_slot_locked(void) {
     for (int i = 0; i < FAKE_MAX_PROCS; i++) {
         struct fake_proc *p = &s->procs[i];
         if (atomic_load(&p->pid) == 0) {
-            for (int d = 0; d < FAKE_MAX_DEV; d++)
+            for (int d = 0; d < FAKE_MAX_DEV; d++) {
                 atomic_store(&p->used[d], 0);
+                atomic_store(&s->unlisted[i][d], 0);
+            }
             p->start_time = start_time_of(getpid());
             atomic_store(&p->pid, getpid());
             g_slot = i;
@@ -242,12 +247,12 @@ static uint64_t used_locked(int phys) {
     for (int i = 0; i < FAKE_MAX_PROCS; i++) {
         struct fake_proc *p = &g_state->procs[i];
         if (atomic_load(&p->pid) != 0 && slot_alive(p))
-            sum += atomic_load(&p->used[phys]);
+            sum += atomic_load(&p->used[phys]) + atomic_load(&g_state->unlisted[i][phys]);
     }
     return sum;
 }
 
-CUresult fake_charge(int phys, uint64_t bytes) {
+static CUresult charge(int phys, uint64_t bytes, int unlisted) {
     struct fake_shared *s = fake_state();
     if (phys < 0 || phys >= (int)s->ndev)
         return CUDA_ERROR_INVALID_DEVICE;
@@ -261,7 +266,7 @@ CUresult fake_charge(int phys, uint64_t bytes) {
         rc = CUDA_ERROR_OUT_OF_MEMORY;
         atomic_fetch_add(&s->oom_count[phys], 1);
     } else {
-        atomic_fetch_add(&me->used[phys], bytes);
+        atomic_fetch_add(unlisted ? &s->unlisted[me - s->procs][phys] : &me->used[phys], bytes);
         if (used + bytes > atomic_load(&s->peak[phys]))
             atomic_store(&s->peak[phys], used + bytes);
     }
@@ -269,18 +274,24 @@ CUresult fake_charge(int phys, uint64_t bytes) {
     return rc;
 }
 
-void fake_uncharge(int phys, uint64_t bytes) {
+static void uncharge(int phys, uint64_t bytes, int unlisted) {
     if (phys < 0 || phys >= FAKE_MAX_DEV || bytes == 0)
         return;
     fake_state();
     lock_all();
     struct fake_proc *me = my_slot_locked();
     if (me != NULL) {
-        uint64_t cur = atomic_load(&me->used[phys]);
-        atomic_store(&me->used[phys], cur >= bytes ? cur - bytes : 0);
+        _Atomic uint64_t *v = unlisted ? &g_state->unlisted[me - g_state->procs][phys] : &me->used[phys];
+        uint64_t cur = atomic_load(v);
+        atomic_store(v, cur >= bytes ? cur - bytes : 0);
     }
     unlock_all();
 }
+
+CUresult fake_charge(int phys, uint64_t bytes) { return charge(phys, bytes, 0); }
+void fake_uncharge(int phys, uint64_t bytes) { uncharge(phys, bytes, 0); }
+CUresult fake_charge_unlisted(int phys, uint64_t bytes) { return charge(phys, bytes, 1); }
+void fake_uncharge_unlisted(int phys, uint64_t bytes) { uncharge(phys, bytes, 1); }
 
 uint64_t fake_device_used(int phys) {
     fake_state();

@@ -1,7 +1,11 @@
 /* Fake driver: streams, events, modules, kernel and graph launches on a virtual GPU timeline.
  * A launch occupies its device for gridDimX*gridDimY*gridDimZ * FAKE_CUDA_NS_PER_BLOCK ns, starting
  * when the device (shared by every process of the state file) is free; events take the position
- * of their stream's tail; synchronisation sleeps until the virtual timeline passes that point. */
+ * of their stream's tail; synchronisation sleeps until the virtual timeline passes that point.
+ * Stream capture is modelled only as far as its rules go: while a global capture runs (any
+ * thread), or a thread-local one on this thread, a "potentially unsafe" call made in a
+ * non-relaxed mode (cuThreadExchangeStreamCaptureMode) fails with STREAM_CAPTURE_UNSUPPORTED and
+ * invalidates the captures (fake_capture_unsafe: pools.c uses it for cuMemPoolGetAttribute). */
 #include "fake.h"
 
 #include <pthread.h>
@@ -12,7 +16,30 @@ struct fake_stream {
     _Atomic int64_t tail_ns;
     unsigned flags;
     int alive;
+    int capture;     /* 0 none, else 1 + CUstreamCaptureMode */
+    int invalidated;
 };
+
+/* ---- capture rules ---- */
+#define FAKE_MAX_CAPTURES 16
+static pthread_mutex_t g_capture_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_stream *g_capturing[FAKE_MAX_CAPTURES];
+static _Atomic int g_global_captures;
+static __thread int t_strict_captures; /* global or thread-local captures begun by this thread */
+static __thread CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+int fake_capture_unsafe(void) {
+    if (t_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return 0;
+    if (t_strict_captures == 0 && !(t_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && atomic_load(&g_global_captures) > 0))
+        return 0;
+    pthread_mutex_lock(&g_capture_lock);
+    for (int i = 0; i < FAKE_MAX_CAPTURES; i++)
+        if (g_capturing[i] != NULL)
+            g_capturing[i]->invalidated = 1;
+    pthread_mutex_unlock(&g_capture_lock);
+    return 1;
+}
 
 struct fake_event {
     int64_t ts_ns;
@@ -130,6 +157,86 @@ FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream hs) {
     if (s == NULL || hs == CU_STREAM_LEGACY || hs == CU_STREAM_PER_THREAD || !s->alive)
         return CUDA_ERROR_INVALID_HANDLE;
     s->alive = 0; /* kept: a stale handle fails cleanly */
+    return CUDA_SUCCESS;
+}
+
+static CUresult begin_capture(CUstream hs, CUstreamCaptureMode mode) {
+    CUresult rc;
+    struct fake_stream *s = fake_stream_resolve(hs, &rc);
+    if (s == NULL)
+        return rc;
+    if (hs == NULL || hs == CU_STREAM_LEGACY || s->capture || mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return hs == NULL || hs == CU_STREAM_LEGACY ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_ERROR_ILLEGAL_STATE;
+    pthread_mutex_lock(&g_capture_lock);
+    int slot = -1;
+    for (int i = 0; i < FAKE_MAX_CAPTURES && slot < 0; i++)
+        if (g_capturing[i] == NULL)
+            slot = i;
+    if (slot >= 0)
+        g_capturing[slot] = s;
+    pthread_mutex_unlock(&g_capture_lock);
+    if (slot < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    s->capture = 1 + (int)mode;
+    s->invalidated = 0;
+    if (mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+        t_strict_captures++;
+    if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+        atomic_fetch_add(&g_global_captures, 1);
+    return CUDA_SUCCESS;
+}
+
+static CUresult end_capture(CUstream hs, CUgraph *graph) {
+    CUresult rc;
+    struct fake_stream *s = fake_stream_resolve(hs, &rc);
+    if (s == NULL)
+        return rc;
+    if (graph == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!s->capture)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    CUstreamCaptureMode mode = (CUstreamCaptureMode)(s->capture - 1);
+    pthread_mutex_lock(&g_capture_lock);
+    for (int i = 0; i < FAKE_MAX_CAPTURES; i++)
+        if (g_capturing[i] == s)
+            g_capturing[i] = NULL;
+    pthread_mutex_unlock(&g_capture_lock);
+    s->capture = 0;
+    if (mode != CU_STREAM_CAPTURE_MODE_RELAXED && t_strict_captures > 0)
+        t_strict_captures--;
+    if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+        atomic_fetch_sub(&g_global_captures, 1);
+    *graph = NULL;
+    if (s->invalidated)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    return cuGraphCreate(graph, 0);
+}
+
+static CUresult is_capturing(CUstream hs, CUstreamCaptureStatus *st) {
+    CUresult rc;
+    struct fake_stream *s = fake_stream_resolve(hs, &rc);
+    if (s == NULL)
+        return rc;
+    if (st == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *st = !s->capture ? CU_STREAM_CAPTURE_STATUS_NONE
+                      : s->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    return CUDA_SUCCESS;
+}
+
+FAKE_VARIANTS(cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz, (CUstream s, CUstreamCaptureMode m),
+              begin_capture, (s, m))
+FAKE_VARIANTS(cuStreamEndCapture, cuStreamEndCapture_ptsz, (CUstream s, CUgraph *g), end_capture, (s, g))
+FAKE_VARIANTS(cuStreamIsCapturing, cuStreamIsCapturing_ptsz, (CUstream s, CUstreamCaptureStatus *st),
+              is_capturing, (s, st))
+
+FAKE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+    FAKE_NEED_INIT();
+    if (mode == NULL || *mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = t_mode;
+    t_mode = *mode;
+    *mode = old;
     return CUDA_SUCCESS;
 }
 

@@ -121,7 +121,8 @@ def test_unhooked_functions_keep_the_drivers_version_choice(
         ("cuMemAllocAsync", 12000, "ptsz", "libgpuslice.so"),
         ("cuMemGetInfo", 12000, "", "libgpuslice.so"),
         ("cuGetProcAddress", 13000, "", "libgpuslice.so"),
-        ("cuStreamSynchronize", 13000, "ptsz", "libcuda.so.1"),
+        ("cuStreamSynchronize", 13000, "ptsz", "libgpuslice.so"),
+        ("cuStreamQuery", 13000, "ptsz", "libcuda.so.1"),
         ("cuDeviceGetName", 13000, "", "libcuda.so.1"),
     ],
 )

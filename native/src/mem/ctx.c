@@ -1,8 +1,10 @@
-/* Contexts: their own device footprint is charged to the slice. Measured, not assumed: NVML's
- * device used memory right before and right after the real creation (a context has no
- * cuMemGetInfo before it exists), rounded to 2 MiB, recorded in the region device block.
- * Concurrent allocations by other tenants of the GPU during that window skew one measurement
- * (documented in docs/shim.md). Without NVML nothing is charged (logged once). */
+/* Contexts: their own device footprint is charged to the slice. Measured, not assumed, with NVML
+ * right before and right after the real creation (a context has no cuMemGetInfo before it
+ * exists): this process's per-process used memory where NVML lists this pid (outside containers;
+ * the device-wide delta there also counts ~6 MiB NVML attributes to no process, H200 / driver
+ * 580), else the device-wide used delta (containers: NVML lists host pids; another tenant
+ * allocating in that window skews it, documented in docs/shim.md). Rounded up to 2 MiB, recorded
+ * in the region device block. Without NVML nothing is charged (logged once). */
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -23,25 +25,48 @@ static int gs_ctx_dev_ok(CUdevice dev)
     return gs_ready() && dev >= 0 && dev < GS_REGION_MAX_DEVICES;
 }
 
-/* Device used bytes per NVML, or UINT64_MAX if NVML cannot tell. */
-static uint64_t gs_ctx_device_used(int dev)
+/* What NVML says about one device at one moment. */
+struct gs_ctx_sample {
+    uint64_t device; /* device used bytes, UINT64_MAX if NVML cannot tell */
+    uint64_t self;   /* this pid's used bytes (0 while not listed) */
+    int listed;      /* NVML lists this pid on the device */
+};
+
+static struct gs_ctx_sample gs_ctx_sample(int dev)
 {
-    uint64_t used;
-    if (gs_nvml_cuda_device_used(dev, &used) != 0) return UINT64_MAX;
-    return used;
+    struct gs_ctx_sample s = {UINT64_MAX, 0, 0};
+    uint64_t v;
+    if (gs_nvml_cuda_device_used(dev, &v) == 0) s.device = v;
+    if (gs_nvml_self_used(dev, &v) == 0) {
+        s.self = v;
+        s.listed = 1;
+    }
+    return s;
 }
 
-static uint64_t gs_ctx_footprint(int dev, uint64_t before)
+static struct gs_ctx_sample gs_ctx_no_sample(void)
 {
-    uint64_t after = gs_ctx_device_used(dev);
-    if (before == UINT64_MAX || after == UINT64_MAX) {
+    struct gs_ctx_sample s = {UINT64_MAX, 0, 0};
+    return s;
+}
+
+static uint64_t gs_ctx_footprint(int dev, struct gs_ctx_sample before)
+{
+    struct gs_ctx_sample after = gs_ctx_sample(dev);
+    uint64_t delta;
+    if (after.listed) { /* per-process: what NVML (and the node agent's watchdog) holds us to */
+        delta = after.self > before.self ? after.self - before.self : 0;
+    } else if (before.device != UINT64_MAX && after.device != UINT64_MAX) {
+        delta = after.device > before.device ? after.device - before.device : 0;
+    } else {
         GS_LOG_ONCE(GS_LOG_WARN, "context footprint: NVML device memory info unavailable; contexts are not charged");
         return 0;
     }
-    uint64_t bytes = after > before ? gs_round_up(after - before, GS_ALLOC_GRANULARITY) : 0;
+    uint64_t bytes = gs_round_up(delta, GS_ALLOC_GRANULARITY);
     struct gs_region_device *d = gs_region_device(dev);
     if (d) __atomic_store_n(&d->context_bytes, bytes, __ATOMIC_RELAXED);
-    GS_DEBUG("context footprint on device %d: %llu MiB", dev, (unsigned long long)(bytes >> 20));
+    GS_DEBUG("context footprint on device %d: %llu MiB (%s)", dev, (unsigned long long)(bytes >> 20),
+             after.listed ? "NVML per-process used" : "NVML device used delta");
     return bytes;
 }
 
@@ -52,7 +77,7 @@ CUresult gs_ctx_primary_retain(CUcontext *pctx, CUdevice dev)
     if (!gs_ctx_dev_ok(dev)) return real(pctx, dev);
     pthread_mutex_lock(&gs_ctx_lock);
     int first = gs_primary_refs[dev] == 0;
-    uint64_t before = first ? gs_ctx_device_used(dev) : 0;
+    struct gs_ctx_sample before = first ? gs_ctx_sample(dev) : gs_ctx_no_sample();
     CUresult rc = real(pctx, dev);
     if (rc == CUDA_SUCCESS) {
         if (first) {
@@ -100,14 +125,14 @@ CUresult gs_ctx_primary_reset(CUdevice dev)
     return rc;
 }
 
-static uint64_t gs_ctx_before(CUdevice dev)
+static struct gs_ctx_sample gs_ctx_before(CUdevice dev)
 {
-    return gs_ctx_dev_ok(dev) ? gs_ctx_device_used(dev) : UINT64_MAX;
+    return gs_ctx_dev_ok(dev) ? gs_ctx_sample(dev) : gs_ctx_no_sample();
 }
 
-static void gs_ctx_created(CUresult rc, CUcontext *pctx, CUdevice dev, uint64_t before)
+static void gs_ctx_created(CUresult rc, CUcontext *pctx, CUdevice dev, struct gs_ctx_sample before)
 {
-    if (rc != CUDA_SUCCESS || !gs_ctx_dev_ok(dev) || before == UINT64_MAX) return;
+    if (rc != CUDA_SUCCESS || !gs_ctx_dev_ok(dev)) return;
     uint64_t bytes = gs_ctx_footprint(dev, before);
     gs_account_charge(dev, bytes);
     gs_track_put(GS_TRACK_CTX, (uint64_t)(uintptr_t)*pctx, dev, bytes);
@@ -118,7 +143,7 @@ CUresult gs_ctx_create_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
     PFN_cuCtxCreate_v3020 real = GS_REAL(cuCtxCreate_v2);
     if (real == NULL) return CUDA_ERROR_NOT_FOUND;
     pthread_mutex_lock(&gs_ctx_lock);
-    uint64_t before = gs_ctx_before(dev);
+    struct gs_ctx_sample before = gs_ctx_before(dev);
     CUresult rc = real(pctx, flags, dev);
     gs_ctx_created(rc, pctx, dev, before);
     pthread_mutex_unlock(&gs_ctx_lock);
@@ -130,7 +155,7 @@ CUresult gs_ctx_create_v3(CUcontext *pctx, CUexecAffinityParam *params, int n, u
     PFN_cuCtxCreate_v11040 real = GS_REAL(cuCtxCreate_v3);
     if (real == NULL) return CUDA_ERROR_NOT_FOUND;
     pthread_mutex_lock(&gs_ctx_lock);
-    uint64_t before = gs_ctx_before(dev);
+    struct gs_ctx_sample before = gs_ctx_before(dev);
     CUresult rc = real(pctx, params, n, flags, dev);
     gs_ctx_created(rc, pctx, dev, before);
     pthread_mutex_unlock(&gs_ctx_lock);
@@ -142,7 +167,7 @@ CUresult gs_ctx_create_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned i
     PFN_cuCtxCreate_v12050 real = GS_REAL(cuCtxCreate_v4);
     if (real == NULL) return CUDA_ERROR_NOT_FOUND;
     pthread_mutex_lock(&gs_ctx_lock);
-    uint64_t before = gs_ctx_before(dev);
+    struct gs_ctx_sample before = gs_ctx_before(dev);
     CUresult rc = real(pctx, params, flags, dev);
     gs_ctx_created(rc, pctx, dev, before);
     pthread_mutex_unlock(&gs_ctx_lock);

@@ -1,10 +1,14 @@
 /* Stream-ordered allocator. Pools keep memory after cuMemFreeAsync, so what is charged is the
- * pool's RESERVED memory (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), not the allocations: before an
+ * pool's RESERVED memory (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), not the allocations. Before an
  * allocation that may grow the pool we reserve the part the pool cannot serve from its free
- * reserve, then settle on the real reserved delta. Pools are re-read on alloc, trim, destroy,
- * cuMemGetInfo and before any refusal (their memory goes back to the driver at sync points). */
+ * reserve; after it, the pool's real reserved size is charged, and if that growth (a pool grows
+ * in chunks, and fragmentation defeats the spare) passes the cap, the block is freed on its
+ * stream, the stream synchronised, the pool trimmed back and CUDA_ERROR_OUT_OF_MEMORY returned
+ * (the only slow path). Pools are re-read on alloc, trim, destroy, cuMemGetInfo, before any
+ * refusal, and at synchronisations (src/mem/sync.c) when a pool may have released memory there. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "init.h"
 #include "log.h"
@@ -13,6 +17,39 @@
 #include "mem/pools.h"
 
 static pthread_mutex_t gs_pool_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP; /* refusals re-read pools */
+
+/* Pools this process allocated from, with the bytes charged for each (under gs_pool_lock). */
+struct gs_pool_entry {
+    CUmemoryPool pool;
+    int dev;
+    uint64_t charged;
+};
+static struct gs_pool_entry *gs_pools;
+static int gs_npools, gs_pools_cap;
+
+/* Set when a synchronisation may make a pool release memory (some pool holds more than it uses
+ * and more than its release threshold, or a free went into a pool above its threshold). The
+ * synchronisation handlers read only this flag on their common path. */
+static int gs_pool_dirty;
+/* Some pool reserves more than its release threshold: a cuMemFreeAsync may let it shrink at sync. */
+static int gs_pool_armed;
+
+/* Pool attribute reads are "potentially unsafe" calls under stream capture: in global mode (PyTorch's
+ * torch.cuda.graph) they would fail and invalidate the application's capture. The library's own
+ * bookkeeping runs in relaxed mode; the application's calls keep its mode. */
+static CUstreamCaptureMode gs_capture_relax(void)
+{
+    PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange = gs_real_cuThreadExchangeStreamCaptureMode;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (exchange == NULL || exchange(&mode) != CUDA_SUCCESS) return CU_STREAM_CAPTURE_MODE_RELAXED;
+    return mode;
+}
+
+static void gs_capture_restore(CUstreamCaptureMode mode)
+{
+    PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange = gs_real_cuThreadExchangeStreamCaptureMode;
+    if (mode != CU_STREAM_CAPTURE_MODE_RELAXED && exchange) exchange(&mode);
+}
 
 static int gs_pool_attr(CUmemoryPool pool, CUmemPool_attribute attr, uint64_t *out)
 {
@@ -23,72 +60,152 @@ static int gs_pool_attr(CUmemoryPool pool, CUmemPool_attribute attr, uint64_t *o
     return 0;
 }
 
-/* Bring the charge of one pool to its current reserved size (lock held). */
-static void gs_pool_sync_locked(CUmemoryPool pool, int dev)
+static struct gs_pool_entry *gs_pool_find(CUmemoryPool pool)
 {
-    uint64_t reserved, charged = 0;
-    int tdev = dev;
-    if (gs_pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != 0) return;
-    gs_track_get(GS_TRACK_POOL, (uint64_t)(uintptr_t)pool, &tdev, &charged);
-    if (tdev < 0) return;
-    if (reserved > charged) gs_account_charge(tdev, reserved - charged);
-    else if (reserved < charged) gs_account_release(tdev, charged - reserved);
-    gs_track_set(GS_TRACK_POOL, (uint64_t)(uintptr_t)pool, tdev, reserved);
+    for (int i = 0; i < gs_npools; i++)
+        if (gs_pools[i].pool == pool) return &gs_pools[i];
+    return NULL;
 }
 
-#define GS_MAX_POOLS 64
-struct gs_pool_list {
-    int n;
-    uint64_t keys[GS_MAX_POOLS];
-    int devs[GS_MAX_POOLS];
-};
-
-static void gs_pool_collect(uint64_t key, int dev, uint64_t bytes, void *arg)
+/* The entry of pool, added (charged 0) if new; NULL only when out of host memory (lock held). */
+static struct gs_pool_entry *gs_pool_entry(CUmemoryPool pool, int dev)
 {
-    struct gs_pool_list *l = arg;
-    (void)bytes;
-    if (l->n < GS_MAX_POOLS) {
-        l->keys[l->n] = key;
-        l->devs[l->n++] = dev;
+    struct gs_pool_entry *e = gs_pool_find(pool);
+    if (e != NULL) return e;
+    if (gs_npools == gs_pools_cap) {
+        int cap = gs_pools_cap ? 2 * gs_pools_cap : 8;
+        struct gs_pool_entry *grown = realloc(gs_pools, (size_t)cap * sizeof *grown);
+        if (grown == NULL) return NULL;
+        gs_pools = grown;
+        gs_pools_cap = cap;
     }
+    e = &gs_pools[gs_npools];
+    e->pool = pool;
+    e->dev = dev;
+    e->charged = 0;
+    __atomic_store_n(&gs_npools, gs_npools + 1, __ATOMIC_RELEASE);
+    return e;
+}
+
+/* Bring the charge of one pool to its current reserved size, and note whether a synchronisation
+ * may shrink it (lock held). Returns the reserved size (the old charge if it cannot be read);
+ * *used_out (if given) gets the pool's used bytes. */
+static uint64_t gs_pool_read_locked(struct gs_pool_entry *e, uint64_t *used_out)
+{
+    uint64_t reserved, used = 0, threshold = 0;
+    if (gs_pool_attr(e->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != 0) return e->charged;
+    if (reserved > e->charged) gs_account_charge(e->dev, reserved - e->charged);
+    else if (reserved < e->charged) gs_account_release(e->dev, e->charged - reserved);
+    e->charged = reserved;
+    gs_pool_attr(e->pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used);
+    gs_pool_attr(e->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+    if (reserved > threshold) {
+        __atomic_store_n(&gs_pool_armed, 1, __ATOMIC_RELAXED);
+        if (reserved > used) __atomic_store_n(&gs_pool_dirty, 1, __ATOMIC_RELAXED);
+    }
+    if (used_out) *used_out = used;
+    return reserved;
+}
+
+static uint64_t gs_pool_sync_locked(struct gs_pool_entry *e)
+{
+    return gs_pool_read_locked(e, NULL);
 }
 
 void gs_pool_refresh_all(void)
 {
-    struct gs_pool_list l = {0};
-    gs_track_each(GS_TRACK_POOL, gs_pool_collect, &l);
-    if (l.n == 0) return;
+    if (__atomic_load_n(&gs_npools, __ATOMIC_RELAXED) == 0) return;
+    CUstreamCaptureMode mode = gs_capture_relax();
     pthread_mutex_lock(&gs_pool_lock);
-    for (int i = 0; i < l.n; i++) gs_pool_sync_locked((CUmemoryPool)(uintptr_t)l.keys[i], l.devs[i]);
+    __atomic_store_n(&gs_pool_dirty, 0, __ATOMIC_RELAXED); /* set again below where still due */
+    __atomic_store_n(&gs_pool_armed, 0, __ATOMIC_RELAXED);
+    for (int i = 0; i < gs_npools; i++) gs_pool_sync_locked(&gs_pools[i]);
     pthread_mutex_unlock(&gs_pool_lock);
+    gs_capture_restore(mode);
 }
 
-typedef CUresult (*gs_pool_call)(void *ctx);
-
-/* Shared path of the four allocation entry points: call(ctx) performs the real allocation. */
-static CUresult gs_pool_alloc(const char *fn, CUmemoryPool pool, int dev, size_t bytesize, gs_pool_call call,
-                              void *ctx)
+void gs_pool_sync_point(void)
 {
-    if (pool == NULL || dev < 0 || bytesize == 0) return call(ctx);
+    if (__atomic_load_n(&gs_pool_dirty, __ATOMIC_RELAXED)) gs_pool_refresh_all();
+}
+
+struct gs_async_args {
+    void *real;
+    CUdeviceptr *dptr;
+    size_t bytesize;
+    CUmemoryPool pool;
+    CUstream stream;
+    int ptsz;
+};
+
+typedef CUresult (*gs_pool_call)(struct gs_async_args *a);
+
+/* The block just allocated grew its pool past the cap: free it on its stream, wait for that
+ * stream (a pool can only release a free that completed), trim the pool back to what it held
+ * before. 0 done, -1 not possible (the caller then leaves the growth charged). */
+static int gs_pool_undo(struct gs_async_args *a, uint64_t keep)
+{
+    PFN_cuMemFreeAsync_v11020 free_async = a->ptsz ? gs_real_cuMemFreeAsync_ptsz : gs_real_cuMemFreeAsync;
+    PFN_cuStreamSynchronize_v2000 sync = a->ptsz ? gs_real_cuStreamSynchronize_ptsz : gs_real_cuStreamSynchronize;
+    PFN_cuStreamIsCapturing_v10000 capturing = gs_real_cuStreamIsCapturing;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (free_async == NULL || sync == NULL || gs_real_cuMemPoolTrimTo == NULL) return -1;
+    if (capturing && capturing(a->stream, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE)
+        return -1; /* synchronising would invalidate the capture */
+    if (free_async(*a->dptr, a->stream) != CUDA_SUCCESS) return -1;
+    *a->dptr = 0;
+    sync(a->stream);
+    gs_real_cuMemPoolTrimTo(a->pool, keep);
+    return 0;
+}
+
+/* Shared path of the four allocation entry points: call(a) performs the real allocation. */
+static CUresult gs_pool_alloc(const char *fn, struct gs_async_args *a, int dev, gs_pool_call call)
+{
+    if (a->pool == NULL || dev < 0 || a->bytesize == 0) return call(a);
+    CUstreamCaptureMode mode = gs_capture_relax();
     pthread_mutex_lock(&gs_pool_lock);
-    uint64_t reserved = 0, used = 0, charged = 0;
-    int tdev = dev;
-    if (gs_track_get(GS_TRACK_POOL, (uint64_t)(uintptr_t)pool, &tdev, &charged) != 0)
-        gs_track_put(GS_TRACK_POOL, (uint64_t)(uintptr_t)pool, dev, 0);
-    gs_pool_sync_locked(pool, dev);
-    gs_pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
-    gs_pool_attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used);
-    uint64_t spare = reserved > used ? reserved - used : 0;
-    uint64_t need = bytesize > spare ? gs_round_up(bytesize - spare, GS_ALLOC_GRANULARITY) : 0;
-    int r = need ? gs_mem_reserve(fn, dev, need) : 0;
+    struct gs_pool_entry *e = gs_pool_entry(a->pool, dev);
+    if (e == NULL) {
+        pthread_mutex_unlock(&gs_pool_lock);
+        gs_capture_restore(mode);
+        GS_LOG_ONCE(GS_LOG_ERROR, "%s: out of host memory tracking pools; refusing pool allocations", fn);
+        return CUDA_ERROR_OUT_OF_MEMORY; /* fail closed: an untracked pool would bypass the cap */
+    }
+    int pdev = e->dev;
+    uint64_t used = 0, before = gs_pool_read_locked(e, &used);
+    uint64_t spare = before > used ? before - used : 0;
+    uint64_t need = a->bytesize > spare ? gs_round_up(a->bytesize - spare, GS_ALLOC_GRANULARITY) : 0;
+    int r = need ? gs_mem_reserve(fn, pdev, need) : 0;
     if (r < 0) {
         pthread_mutex_unlock(&gs_pool_lock);
+        gs_capture_restore(mode);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    CUresult rc = call(ctx);
-    if (r > 0) gs_account_cancel(dev, need); /* the real growth is charged by the sync below */
-    gs_pool_sync_locked(pool, dev);
+    gs_capture_restore(mode); /* the real call runs in the application's capture mode */
+    CUresult rc = call(a);
+    mode = gs_capture_relax();
+    uint64_t after = gs_pool_sync_locked(e);       /* charge the real growth first, */
+    if (r > 0) gs_account_cancel(pdev, need);      /* then drop the estimate: never under-counted */
+    uint64_t limit = gs_account_limit(pdev);
+    if (rc == CUDA_SUCCESS && after > before && limit && gs_account_total(pdev) > limit) {
+        gs_pool_refresh_all(); /* other pools may have given memory back since they were read */
+        if (gs_account_total(pdev) > limit) {
+            if (gs_pool_undo(a, before) == 0) {
+                gs_pool_sync_locked(e);
+                if (gs_account_total(pdev) > limit) { /* the trim kept other chunks: drop all spare */
+                    gs_real_cuMemPoolTrimTo(a->pool, 0);
+                    gs_pool_sync_locked(e);
+                }
+                GS_REFUSE(fn, pdev, after - before);
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+            } else {
+                GS_LOG_ONCE(GS_LOG_WARN, "%s: pool grew past the limit during stream capture; left charged", fn);
+            }
+        }
+    }
     pthread_mutex_unlock(&gs_pool_lock);
+    gs_capture_restore(mode);
     return rc;
 }
 
@@ -100,42 +217,36 @@ static CUmemoryPool gs_pool_of_device(int dev)
     return pool;
 }
 
-struct gs_async_args {
-    void *real;
-    CUdeviceptr *dptr;
-    size_t bytesize;
-    CUmemoryPool pool;
-    CUstream stream;
-};
-
-static CUresult gs_call_async(void *p)
+static CUresult gs_call_async(struct gs_async_args *a)
 {
-    struct gs_async_args *a = p;
     return ((PFN_cuMemAllocAsync_v11020)a->real)(a->dptr, a->bytesize, a->stream);
 }
 
-static CUresult gs_call_from_pool(void *p)
+static CUresult gs_call_from_pool(struct gs_async_args *a)
 {
-    struct gs_async_args *a = p;
     return ((PFN_cuMemAllocFromPoolAsync_v11020)a->real)(a->dptr, a->bytesize, a->pool, a->stream);
 }
 
 static CUresult gs_alloc_async(const char *fn, void *real, CUdeviceptr *dptr, size_t bytesize, CUstream s, int ptsz)
 {
     if (real == NULL) return CUDA_ERROR_NOT_FOUND;
-    struct gs_async_args a = {real, dptr, bytesize, NULL, s};
+    struct gs_async_args a = {real, dptr, bytesize, NULL, s, ptsz};
+    CUstreamCaptureMode mode = gs_capture_relax();
     int dev = gs_mem_stream_device(s, ptsz);
     a.pool = gs_pool_of_device(dev);
-    return gs_pool_alloc(fn, a.pool, dev, bytesize, gs_call_async, &a);
+    gs_capture_restore(mode);
+    return gs_pool_alloc(fn, &a, dev, gs_call_async);
 }
 
 static CUresult gs_alloc_from_pool(const char *fn, void *real, CUdeviceptr *dptr, size_t bytesize,
                                    CUmemoryPool pool, CUstream s, int ptsz)
 {
     if (real == NULL) return CUDA_ERROR_NOT_FOUND;
-    struct gs_async_args a = {real, dptr, bytesize, pool, s};
+    struct gs_async_args a = {real, dptr, bytesize, pool, s, ptsz};
+    CUstreamCaptureMode mode = gs_capture_relax();
     int dev = gs_mem_stream_device(s, ptsz);
-    return gs_pool_alloc(fn, pool, dev, bytesize, gs_call_from_pool, &a);
+    gs_capture_restore(mode);
+    return gs_pool_alloc(fn, &a, dev, gs_call_from_pool);
 }
 
 CUresult gs_pool_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
@@ -160,18 +271,24 @@ CUresult gs_pool_alloc_from_pool_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemo
                               bytesize, pool, hStream, 1);
 }
 
-/* Frees return memory to the pool, not to the driver: nothing to release here (the pool's
- * reserved size is re-read on the next allocation, trim, cuMemGetInfo or refusal). */
+/* Frees return memory to the pool, not to the driver: nothing to release here. If some pool
+ * holds more than its release threshold, the next synchronisation may shrink it: flag it. */
 CUresult gs_pool_free_async(CUdeviceptr dptr, CUstream hStream)
 {
     PFN_cuMemFreeAsync_v11020 real = GS_REAL(cuMemFreeAsync);
-    return real ? real(dptr, hStream) : CUDA_ERROR_NOT_FOUND;
+    if (real == NULL) return CUDA_ERROR_NOT_FOUND;
+    CUresult rc = real(dptr, hStream);
+    if (__atomic_load_n(&gs_pool_armed, __ATOMIC_RELAXED)) __atomic_store_n(&gs_pool_dirty, 1, __ATOMIC_RELAXED);
+    return rc;
 }
 
 CUresult gs_pool_free_async_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     PFN_cuMemFreeAsync_v11020_ptsz real = GS_REAL(cuMemFreeAsync_ptsz);
-    return real ? real(dptr, hStream) : CUDA_ERROR_NOT_FOUND;
+    if (real == NULL) return CUDA_ERROR_NOT_FOUND;
+    CUresult rc = real(dptr, hStream);
+    if (__atomic_load_n(&gs_pool_armed, __ATOMIC_RELAXED)) __atomic_store_n(&gs_pool_dirty, 1, __ATOMIC_RELAXED);
+    return rc;
 }
 
 CUresult gs_pool_trim(CUmemoryPool pool, size_t minBytesToKeep)
@@ -179,12 +296,13 @@ CUresult gs_pool_trim(CUmemoryPool pool, size_t minBytesToKeep)
     PFN_cuMemPoolTrimTo_v11020 real = GS_REAL(cuMemPoolTrimTo);
     if (real == NULL) return CUDA_ERROR_NOT_FOUND;
     CUresult rc = real(pool, minBytesToKeep);
-    int dev;
-    uint64_t charged;
-    if (rc == CUDA_SUCCESS && gs_ready() && gs_track_get(GS_TRACK_POOL, (uint64_t)(uintptr_t)pool, &dev, &charged) == 0) {
+    if (rc == CUDA_SUCCESS && gs_ready()) {
+        CUstreamCaptureMode mode = gs_capture_relax();
         pthread_mutex_lock(&gs_pool_lock);
-        gs_pool_sync_locked(pool, dev);
+        struct gs_pool_entry *e = gs_pool_find(pool);
+        if (e != NULL) gs_pool_sync_locked(e);
         pthread_mutex_unlock(&gs_pool_lock);
+        gs_capture_restore(mode);
     }
     return rc;
 }
@@ -194,12 +312,14 @@ CUresult gs_pool_destroy(CUmemoryPool pool)
     PFN_cuMemPoolDestroy_v11020 real = GS_REAL(cuMemPoolDestroy);
     if (real == NULL) return CUDA_ERROR_NOT_FOUND;
     CUresult rc = real(pool);
-    int dev;
-    uint64_t charged;
     if (rc == CUDA_SUCCESS && gs_ready()) {
         pthread_mutex_lock(&gs_pool_lock);
-        if (gs_track_take(GS_TRACK_POOL, (uint64_t)(uintptr_t)pool, &dev, &charged) == 0)
-            gs_account_release(dev, charged);
+        struct gs_pool_entry *e = gs_pool_find(pool);
+        if (e != NULL) {
+            gs_account_release(e->dev, e->charged);
+            *e = gs_pools[gs_npools - 1];
+            __atomic_store_n(&gs_npools, gs_npools - 1, __ATOMIC_RELEASE);
+        }
         pthread_mutex_unlock(&gs_pool_lock);
     }
     return rc;

@@ -51,6 +51,13 @@ struct api {
     PFN_cuMemPoolSetAttribute_v11020 pool_set;
     PFN_cuDeviceGetDefaultMemPool_v11020 default_pool;
     PFN_cuStreamSynchronize_v2000 stream_sync;
+    PFN_cuCtxSynchronize_v2000 ctx_sync;
+    PFN_cuEventCreate_v2000 event_create;
+    PFN_cuEventRecord_v2000 event_record;
+    PFN_cuEventSynchronize_v2000 event_sync;
+    PFN_cuStreamCreate_v2000 stream_create;
+    PFN_cuStreamBeginCapture_v10010 begin_capture;
+    PFN_cuStreamEndCapture_v10000 end_capture;
     PFN_cuArrayCreate_v3020 array_create;
     PFN_cuArray3DCreate_v3020 array3d_create;
     PFN_cuArrayDestroy_v2000 array_destroy;
@@ -102,6 +109,10 @@ static void load_linked(void) {
     A.pool_set = cuMemPoolSetAttribute;
     A.default_pool = cuDeviceGetDefaultMemPool;
     A.stream_sync = cuStreamSynchronize;
+    A.ctx_sync = cuCtxSynchronize;
+    A.event_create = cuEventCreate;
+    A.event_record = cuEventRecord;
+    A.event_sync = cuEventSynchronize;
     A.array_create = cuArrayCreate;
     A.array3d_create = cuArray3DCreate;
     A.array_destroy = cuArrayDestroy;
@@ -145,7 +156,11 @@ static void load_dlopen(void) {
     S(pool_create, "cuMemPoolCreate", 0); S(pool_destroy, "cuMemPoolDestroy", 0);
     S(pool_trim, "cuMemPoolTrimTo", 0); S(pool_get, "cuMemPoolGetAttribute", 0);
     S(pool_set, "cuMemPoolSetAttribute", 0); S(default_pool, "cuDeviceGetDefaultMemPool", 0);
-    S(stream_sync, "cuStreamSynchronize", 1); S(array_create, "cuArrayCreate_v2", 0);
+    S(stream_sync, "cuStreamSynchronize", 1); S(ctx_sync, "cuCtxSynchronize", 0);
+    S(event_create, "cuEventCreate", 0); S(event_record, "cuEventRecord", 1);
+    S(event_sync, "cuEventSynchronize", 0); S(stream_create, "cuStreamCreate", 0);
+    S(begin_capture, "cuStreamBeginCapture_v2", 1); S(end_capture, "cuStreamEndCapture", 1);
+    S(array_create, "cuArrayCreate_v2", 0);
     S(array3d_create, "cuArray3DCreate_v2", 0); S(array_destroy, "cuArrayDestroy", 0);
     S(mipmap_create, "cuMipmappedArrayCreate", 0); S(mipmap_destroy, "cuMipmappedArrayDestroy", 0);
     S(launch, "cuLaunchKernel", 1);
@@ -193,6 +208,8 @@ static void load_procaddr(int v2) {
     P(pool_destroy, "cuMemPoolDestroy"); P(pool_trim, "cuMemPoolTrimTo");
     P(pool_get, "cuMemPoolGetAttribute"); P(pool_set, "cuMemPoolSetAttribute");
     P(default_pool, "cuDeviceGetDefaultMemPool"); P(stream_sync, "cuStreamSynchronize");
+    P(ctx_sync, "cuCtxSynchronize"); P(event_create, "cuEventCreate"); P(event_record, "cuEventRecord");
+    P(event_sync, "cuEventSynchronize");
     P(array_create, "cuArrayCreate"); P(array3d_create, "cuArray3DCreate"); P(array_destroy, "cuArrayDestroy");
     P(mipmap_create, "cuMipmappedArrayCreate"); P(mipmap_destroy, "cuMipmappedArrayDestroy");
     P(launch, "cuLaunchKernel");
@@ -304,7 +321,8 @@ static unsigned long long arg_u(char **argv, int *i, int argc, unsigned long lon
 
 static void usage(void) {
     fputs("usage: gs_probe [--via link|dlopen[:ptsz]|procaddr[:VER[:ptsz]]|procaddr_v1[:VER[:ptsz]]] CMD...\n"
-          "  init | ctx [DEV] | ctxrelease | ctxcreate | info | total | uuid | variant | sync\n"
+          "  init | ctx [DEV] | ctxrelease | ctxcreate | info | total | uuid | variant | sync | ctxsync | eventsync\n"
+          "  capture N (global-mode capture on a new stream of cuMemAllocAsync N + cuMemFreeAsync; dlopen only)\n"
           "  alloc N | pitch W H [ELEM] | managed N | vmm N | async N | poolalloc N | array W H |\n"
           "  array3d W H D | mipmap W H LEVELS | free | freeall | ctxdestroy(=free of a ctxcreate)\n"
           "  poolattr | ownpoolattr | trim KEEP | owntrim KEEP | threshold V | destroypool\n"
@@ -402,6 +420,32 @@ int main(int argc, char **argv) {
         } else if (strcmp(c, "sync") == 0) {
             rc = A.stream_sync(NULL);
             printf("sync rc=%d variant=%s\n", rc, last_variant());
+        } else if (strcmp(c, "ctxsync") == 0) {
+            rc = A.ctx_sync ? A.ctx_sync() : CUDA_ERROR_NOT_FOUND;
+            printf("ctxsync rc=%d variant=%s\n", rc, last_variant());
+        } else if (strcmp(c, "eventsync") == 0) { /* record an event on the null stream, wait for it */
+            CUevent ev = NULL;
+            rc = A.event_create ? A.event_create(&ev, 0) : CUDA_ERROR_NOT_FOUND;
+            if (rc == CUDA_SUCCESS)
+                rc = A.event_record(ev, NULL);
+            if (rc == CUDA_SUCCESS)
+                rc = A.event_sync(ev);
+            printf("eventsync rc=%d variant=%s\n", rc, last_variant());
+        } else if (strcmp(c, "capture") == 0) {
+            size_t n = arg_u(argv, &i, argc, 1);
+            CUstream st = NULL;
+            CUgraph graph = NULL;
+            CUresult arc = CUDA_ERROR_NOT_FOUND, frc = CUDA_ERROR_NOT_FOUND;
+            rc = A.stream_create && A.begin_capture && A.end_capture ? A.stream_create(&st, 1) : CUDA_ERROR_NOT_FOUND;
+            if (rc == CUDA_SUCCESS)
+                rc = A.begin_capture(st, CU_STREAM_CAPTURE_MODE_GLOBAL);
+            if (rc == CUDA_SUCCESS) {
+                arc = A.alloc_async(&it.ptr, n, st);
+                if (arc == CUDA_SUCCESS)
+                    frc = A.free_async(it.ptr, st);
+                rc = A.end_capture(st, &graph);
+            }
+            printf("capture %zu rc=%d alloc=%d free=%d\n", n, rc, arc, frc);
         } else if (strcmp(c, "alloc") == 0 || strcmp(c, "managed") == 0 || strcmp(c, "async") == 0 ||
                    strcmp(c, "poolalloc") == 0) {
             size_t n = arg_u(argv, &i, argc, 1);

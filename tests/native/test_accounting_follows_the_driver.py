@@ -1,0 +1,191 @@
+"""The account follows what the driver really holds, when a real GPU changes it.
+
+A pool growing past the cap by more than the request is refused and undone; a context is charged
+what NVML lists for the process, not the device-wide delta (which holds memory NVML attributes to
+no process); memory a pool releases at a synchronisation leaves the account there; pool reads do
+not invalidate a global-mode stream capture. Found on an H200 (GPU suite runs 10 and 13); the fake
+driver models each behaviour (native/fake)."""
+
+from __future__ import annotations
+
+import pytest
+from harness import CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, Harness, MiB, read_line
+
+LIMIT = 64 * MiB
+CAP = "64Mi"
+CHUNKY_POOL = {"FAKE_CUDA_POOL_CHUNK_MIB": "32"}  # 1 B from an empty pool reserves 32 MiB
+
+
+def test_a_pool_growing_past_the_cap_by_more_than_the_request_is_refused_and_undone(
+    gs: Harness,
+) -> None:
+    res = gs.probe(
+        "init",
+        "ctx",
+        "alloc",
+        40 * MiB,
+        "async",
+        1,
+        "poolattr",
+        "info",
+        "free",
+        "async",
+        1,
+        "info",
+        limit=CAP,
+        extra=CHUNKY_POOL,
+    )
+    refused, granted = res.of("async")
+    assert refused.rc == CUDA_ERROR_OUT_OF_MEMORY, (
+        f"1 B makes the pool reserve 32 MiB: 40 + 32 MiB passes the 64 MiB cap:\n{res.describe()}"
+    )
+    assert res.one("poolattr").int("reserved") == 0, (
+        f"the refused growth must be given back to the driver (pool trimmed):\n{res.describe()}"
+    )
+    before, after = res.of("info")
+    assert before.int("free") == LIMIT - 40 * MiB, f"a refusal charges nothing:\n{res.describe()}"
+    assert granted.rc == CUDA_SUCCESS and after.int("free") == LIMIT - 32 * MiB, (
+        f"with room, the pool's whole 32 MiB chunk is charged:\n{res.describe()}"
+    )
+
+
+def test_filling_the_cap_through_a_chunky_pool_never_leaves_the_gpu_over_it(gs: Harness) -> None:
+    cmds: list[object] = ["init", "ctx", "alloc", 6 * MiB]
+    for size in (20 * MiB, 20 * MiB, 20 * MiB, 8 * MiB, 2 * MiB, 2 * MiB):
+        cmds += ["async", size]
+    res = gs.probe(*cmds, "info", limit=CAP, extra=CHUNKY_POOL)
+    assert CUDA_ERROR_OUT_OF_MEMORY in [ln.rc for ln in res.of("async")], res.describe()
+    held = gs.fake().used(live_only=False)  # the probe has exited; its slot is still there
+    assert held <= LIMIT, (
+        f"the driver holds {held / MiB:.0f} MiB for the process after the fill, over the "
+        f"{LIMIT // MiB} MiB cap:\n{res.describe()}"
+    )
+    assert LIMIT - res.one("info").int("free") == held, (
+        f"the account must equal what the driver holds:\n{res.describe()}"
+    )
+
+
+def test_a_pool_that_fits_its_growth_under_the_cap_is_not_refused(gs: Harness) -> None:
+    # 1 B reserves 32 MiB; 40 MiB more needs only 8 MiB beyond the spare, and the pool grows by one
+    # chunk to exactly the 64 MiB cap: allowed.
+    res = gs.probe(
+        "init", "ctx", "async", 1, "async", 40 * MiB, "info", limit=CAP, extra=CHUNKY_POOL
+    )
+    assert [ln.rc for ln in res.of("async")] == [CUDA_SUCCESS, CUDA_SUCCESS], res.describe()
+    assert res.one("info").int("free") == 0, res.describe()
+
+
+UNLISTED = {"FAKE_CUDA_CONTEXT_UNLISTED_MIB": "6"}
+
+
+def test_a_context_is_charged_what_nvml_lists_for_the_process(gs: Harness) -> None:
+    # H200, driver 580: a context raises device used by 524 MiB, NVML lists the process at 518 MiB
+    res = gs.probe(
+        "init",
+        "ctx",
+        "info",
+        "ctxcreate",
+        "info",
+        "ctxdestroy",
+        "info",
+        limit=CAP,
+        ctx_mib=8,
+        extra=UNLISTED,
+    )
+    primary, extra, destroyed = (LIMIT - ln.int("free") for ln in res.of("info"))
+    assert primary == 8 * MiB, (
+        f"NVML lists 8 MiB for the process; the 6 MiB only the device total shows are not the "
+        f"process's (charged {primary / MiB:.0f} MiB):\n{res.describe()}"
+    )
+    assert (extra, destroyed) == (16 * MiB, 8 * MiB), res.describe()
+
+
+def test_where_nvml_shows_other_pids_a_context_is_charged_the_device_delta(gs: Harness) -> None:
+    # In a container NVML lists host pids: the device-wide delta is all there is to measure.
+    res = gs.probe(
+        "init",
+        "ctx",
+        "info",
+        limit=CAP,
+        ctx_mib=8,
+        extra={**UNLISTED, "FAKE_NVML_PID_OFFSET": "100000"},
+    )
+    assert LIMIT - res.one("info").int("free") == 14 * MiB, res.describe()
+
+
+@pytest.mark.parametrize(
+    ("sync", "via"),
+    [
+        ("sync", "dlopen"),
+        ("sync", "dlopen:ptsz"),
+        ("sync", "procaddr:13000"),
+        ("ctxsync", "dlopen"),
+        ("ctxsync", "procaddr:13000"),
+        ("eventsync", "dlopen"),
+    ],
+)
+def test_memory_a_pool_releases_at_a_synchronisation_leaves_the_account_there(
+    gs: Harness, sync: str, via: str
+) -> None:
+    holder = gs.spawn(
+        "init",
+        "ctx",
+        "async",
+        32 * MiB,
+        "free",
+        sync,
+        "poolattr",
+        "hold",
+        via=via,
+        binary="probe_dl",
+        limit=CAP,
+    )
+    try:
+        assert read_line(holder, sync).rc == CUDA_SUCCESS
+        assert read_line(holder, "poolattr").int("reserved") == 0, "the fake pool released"
+        read_line(holder, "hold")
+        gpu = gs.smi(limit=CAP)[0]  # another process: reads the region, refreshes nothing
+        assert int(gpu["v1_used"]) == 0, (
+            f"after {sync} ({via}) the pool holds nothing, so nothing may stay charged: {gpu}"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_pool_that_keeps_its_reserve_at_synchronisation_stays_charged(gs: Harness) -> None:
+    holder = gs.spawn(
+        "init",
+        "ctx",
+        "threshold",
+        2**64 - 1,
+        "async",
+        32 * MiB,
+        "free",
+        "sync",
+        "hold",
+        binary="probe_dl",
+        limit=CAP,
+    )
+    try:
+        read_line(holder, "hold")
+        gpu = gs.smi(limit=CAP)[0]
+        assert int(gpu["v1_used"]) == 32 * MiB, f"the pool still reserves 32 MiB: {gpu}"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_stream_ordered_allocation_under_global_capture_does_not_invalidate_the_capture(
+    gs: Harness,
+) -> None:
+    # PyTorch's torch.cuda.graph captures in global mode, where cuMemPoolGetAttribute is a
+    # "potentially unsafe" call: the library must read pools in relaxed mode (H200 suite 13:
+    # "operation failed due to a previous error during capture" with backend:cudaMallocAsync).
+    res = gs.probe(
+        "init", "ctx", "async", 4 * MiB, "capture", 4 * MiB, "info", binary="probe_dl", limit=CAP
+    )
+    line = res.one("capture")
+    assert (line.int("alloc"), line.int("free"), line.rc) == (CUDA_SUCCESS,) * 3, (
+        f"the capture must survive the library's pool bookkeeping:\n{res.describe()}"
+    )
