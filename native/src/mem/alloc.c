@@ -47,9 +47,14 @@ void gs_mem_refuse(const char *fn, const char *file, int line, int dev, uint64_t
                  n + 1 == GS_REFUSALS_LOGGED ? "; further refusals are logged at LIBCUDA_LOG_LEVEL=4" : "");
 }
 
+/* Within this much of the cap, driver memory outside allocations (lazily loaded modules) is
+ * re-read before every check instead of every 100 ms, so it cannot push the process over. */
+#define GS_NEAR_LIMIT_BYTES (256ull << 20)
+
 int gs_mem_reserve(const char *fn, int dev, uint64_t bytes)
 {
-    gs_ctx_reconcile(dev, 0);
+    uint64_t limit = gs_account_limit(dev);
+    gs_ctx_reconcile(dev, limit != 0 && gs_account_total(dev) + bytes + GS_NEAR_LIMIT_BYTES > limit);
     int v = gs_account_reserve(dev, bytes);
     if (v == GS_OVER) { /* pools may have given memory back since they were last read */
         gs_pool_refresh_all();

@@ -192,8 +192,8 @@ CUresult gs_ctx_destroy(CUcontext ctx)
  * modules: ~84 MiB once PyTorch's first cuBLAS matmul ran on an H200). Where NVML lists this
  * process (same pid namespace, e.g. `gpuslice run`), its per-process used memory is the ground
  * truth: the part not covered by our charges is charged as overhead, re-read at most every
- * 100 ms from the allocation path and on every cuMemGetInfo. Where NVML shows other pids (a
- * container), this is skipped. */
+ * 100 ms from the allocation and synchronisation paths and on every cuMemGetInfo. Where NVML
+ * shows other pids (a container), this is skipped. */
 
 #define GS_RECONCILE_NS 100000000ull
 
@@ -238,4 +238,11 @@ void gs_ctx_reconcile(int dev, int force)
                  (unsigned long long)(target >> 10), (unsigned long long)(nv >> 20));
     gs_overhead[dev] = target;
     pthread_mutex_unlock(&gs_ctx_lock);
+}
+
+void gs_ctx_reconcile_active(void)
+{
+    if (__atomic_load_n(&gs_reconcile_off, __ATOMIC_RELAXED)) return;
+    for (int dev = 0; dev < GS_REGION_MAX_DEVICES; dev++)
+        if (__atomic_load_n(&gs_primary_refs[dev], __ATOMIC_RELAXED) > 0) gs_ctx_reconcile(dev, 0);
 }

@@ -18,6 +18,8 @@ void gs_mem_refuse(const char *fn, const char *file, int line, int dev, uint64_t
 #define GS_REFUSE(fn, dev, bytes) gs_mem_refuse(fn, GS_FILE, __LINE__, dev, bytes)
 /* Charge this process's driver memory beyond its allocations (NVML per-process, rate-limited). */
 void gs_ctx_reconcile(int dev, int force);
+/* gs_ctx_reconcile (rate-limited) on every device where this process holds a primary context. */
+void gs_ctx_reconcile_active(void);
 /* Reserve bytes on dev: 1 reserved, 0 pass through unaccounted, -1 over the limit (logged). */
 int gs_mem_reserve(const char *fn, int dev, uint64_t bytes);
 
