@@ -6,14 +6,7 @@
 
 #include "real.h"
 
-#define HOOK(name, handler, pfn) extern __typeof__(*(pfn)0) handler;
-#define HOOK_ALWAYS HOOK
-#define HOOK_COMPUTE HOOK
-#define HOOK_NVML HOOK
-#include "../hooks.def"
-#undef HOOK
-#undef HOOK_ALWAYS
-#undef HOOK_COMPUTE
-#undef HOOK_NVML
+#define HOOK_EACH(name, handler, pfn) extern __typeof__(*(pfn)0) handler;
+#include "hooks_each.h"
 
 #endif

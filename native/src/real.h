@@ -11,15 +11,8 @@
 
 #include "nvml_types.h"
 
-#define HOOK(name, handler, pfn) extern pfn gs_real_##name;
-#define HOOK_ALWAYS HOOK
-#define HOOK_COMPUTE HOOK
-#define HOOK_NVML HOOK
-#include "../hooks.def"
-#undef HOOK
-#undef HOOK_ALWAYS
-#undef HOOK_COMPUTE
-#undef HOOK_NVML
+#define HOOK_EACH(name, handler, pfn) extern pfn gs_real_##name;
+#include "hooks_each.h"
 
 #define REAL(name, pfn) extern pfn gs_real_##name;
 #define REAL_NVML REAL

@@ -13,20 +13,13 @@
 /* (name is only stringified or pasted: cuda.h maps e.g. cuGetProcAddress to cuGetProcAddress_v2).
  * gs_export_<name> is a hidden alias of the exported entry, so cuGetProcAddress and dlsym hand
  * out the same address the dynamic linker gives the application for <name>. */
-#define HOOK(name, handler, pfn)                                            \
+#define HOOK_EACH(name, handler, pfn)                                       \
     __asm__(".pushsection .text\n\t.globl " #name "\n\t.type " #name ", @function\n"     \
             "\t.globl gs_export_" #name "\n\t.hidden gs_export_" #name "\n\t.p2align 4\n"  \
             #name ":\ngs_export_" #name ":\n\tjmp " #handler "\n\t.size " #name ", .-" #name \
             "\n\t.popsection");                                              \
     extern char gs_export_##name[];
-#define HOOK_ALWAYS HOOK
-#define HOOK_COMPUTE HOOK
-#define HOOK_NVML HOOK
-#include "../hooks.def"
-#undef HOOK
-#undef HOOK_ALWAYS
-#undef HOOK_COMPUTE
-#undef HOOK_NVML
+#include "hooks_each.h"
 
 const struct gs_hook gs_hooks[] = {
 #define HOOK(name, handler, pfn) {#name, (void *)gs_export_##name, (void **)&gs_real_##name, GS_HOOK_MEM},

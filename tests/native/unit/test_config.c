@@ -1,21 +1,10 @@
 /* Unit tests for native/src/config.c: the strict size grammar and env -> struct gs_config.
  * Built and run by test_native_unit.py (links config.c + log.c only; no CUDA). */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "config.h"
-
-static int failures;
-#define EXPECT(cond, ...)                                                 \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            failures++;                                                   \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                   \
-            printf(__VA_ARGS__);                                          \
-            printf("\n");                                                 \
-        }                                                                 \
-    } while (0)
 
 struct row { const char *text; unsigned long long bytes; const char *err; };
 
@@ -146,6 +135,5 @@ int main(void)
     test_per_device_limit_overrides_the_all_devices_limit();
     test_compute_settings_parse_and_100_percent_means_unlimited();
     test_invalid_values_make_the_config_invalid_with_the_name_and_fix();
-    printf("%s: %d failure(s)\n", __FILE__, failures);
-    return failures != 0;
+    return check_report(__FILE__);
 }

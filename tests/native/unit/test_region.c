@@ -10,20 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "config.h"
 #include "mem/account.h"
 #include "region.h"
-
-static int failures;
-#define EXPECT(cond, ...)                                                 \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            failures++;                                                   \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                   \
-            printf(__VA_ARGS__);                                          \
-            printf("\n");                                                 \
-        }                                                                 \
-    } while (0)
 
 #define MiB (1ull << 20)
 
@@ -111,6 +101,25 @@ static void test_dead_processes_are_reclaimed(void)
            (unsigned long long)gs_account_total(0));
 }
 
+/* Forge a live slot in the first free one, owned by pid with this start time and device-0 usage,
+ * as a process that died or was replaced would have left it. Returns the slot index. */
+static int forge_live_slot(pid_t pid, uint64_t start_time, uint64_t used0)
+{
+    int idx = -1;
+    for (int i = 0; i < GS_REGION_MAX_SLOTS && idx < 0; i++) {
+        struct gs_region_slot *s = gs_region_slot_at(i);
+        if (s->pid == 0 && s->state == GS_SLOT_FREE) idx = i;
+    }
+    struct gs_region_slot *s = gs_region_slot_at(idx);
+    s->pid = pid;
+    s->start_time = start_time;
+    s->used[0] = used0;
+    s->state = GS_SLOT_LIVE;
+    struct gs_region_header *h = gs_region();
+    if (h->slot_hwm < (uint32_t)idx + 1) h->slot_hwm = (uint32_t)idx + 1;
+    return idx;
+}
+
 static void test_a_reused_pid_with_another_start_time_is_dead(void)
 {
     pid_t kid = fork();
@@ -119,19 +128,9 @@ static void test_a_reused_pid_with_another_start_time_is_dead(void)
         _exit(0);
     }
     usleep(20000);
-    /* forge a slot: a live pid but a start time that is not its own */
-    int idx = -1;
-    for (int i = 0; i < GS_REGION_MAX_SLOTS && idx < 0; i++) {
-        struct gs_region_slot *s = gs_region_slot_at(i);
-        if (s->pid == 0 && s->state == GS_SLOT_FREE) idx = i;
-    }
+    /* a live pid but a start time that is not its own (boot tick 1: certainly not this process) */
+    int idx = forge_live_slot(kid, 1, 5 * MiB);
     struct gs_region_slot *s = gs_region_slot_at(idx);
-    s->pid = kid;
-    s->start_time = 1; /* boot tick 1: certainly not this process */
-    s->used[0] = 5 * MiB;
-    s->state = GS_SLOT_LIVE;
-    struct gs_region_header *h = gs_region();
-    if (h->slot_hwm < (uint32_t)idx + 1) h->slot_hwm = (uint32_t)idx + 1;
     EXPECT(!gs_region_slot_alive(idx), "same pid, different start time: another process");
     gs_region_reclaim(1);
     EXPECT(s->pid == 0 && s->state == GS_SLOT_FREE && s->used[0] == 0, "the forged slot was reclaimed");
@@ -144,18 +143,8 @@ static void test_a_zombie_is_dead_because_its_memory_is_already_freed(void)
     pid_t kid = fork();
     if (kid == 0) _exit(0);
     usleep(50000); /* not reaped: a zombie, as under a container init that never waits */
-    int idx = -1;
-    for (int i = 0; i < GS_REGION_MAX_SLOTS && idx < 0; i++) {
-        struct gs_region_slot *s = gs_region_slot_at(i);
-        if (s->pid == 0 && s->state == GS_SLOT_FREE) idx = i;
-    }
+    int idx = forge_live_slot(kid, 0, 7 * MiB);
     struct gs_region_slot *s = gs_region_slot_at(idx);
-    s->pid = kid;
-    s->start_time = 0;
-    s->used[0] = 7 * MiB;
-    s->state = GS_SLOT_LIVE;
-    struct gs_region_header *h = gs_region();
-    if (h->slot_hwm < (uint32_t)idx + 1) h->slot_hwm = (uint32_t)idx + 1;
     EXPECT(!gs_region_slot_alive(idx), "an unreaped zombie still answers kill(pid, 0) but must count as dead");
     gs_region_reclaim(1);
     EXPECT(s->pid == 0 && s->used[0] == 0, "the zombie's slot was reclaimed");
@@ -185,6 +174,5 @@ int main(int argc, char **argv)
     test_a_reused_pid_with_another_start_time_is_dead();
     test_a_zombie_is_dead_because_its_memory_is_already_freed();
     test_a_foreign_file_is_refused(dir);
-    printf("%s: %d failure(s)\n", __FILE__, failures);
-    return failures != 0;
+    return check_report(__FILE__);
 }

@@ -1,8 +1,12 @@
-"""Builders and an independent reference for the allocator tests (not a test module)."""
+"""Builders (plain and hypothesis-drawn) and an independent reference for the allocator tests
+(not a test module)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
+
+from hypothesis import strategies as st
 
 from gpuslice.allocator import ClusterState
 from gpuslice.model import (
@@ -58,16 +62,34 @@ def state(*invs: NodeInventory) -> ClusterState:
     return st
 
 
+def random_node(draw: st.DrawFn, name: str, n: int, models: Sequence[str], mems: Sequence[int],
+                max_split: int) -> NodeInventory:
+    """Node `name` of n GPUs `<name>-g<i>`: random model, memory, NUMA node, NVLink peers among its
+    own GPUs, health (1 in 10 unhealthy) and split count (1..max_split)."""
+    uu = [f"{name}-g{i}" for i in range(n)]
+    return NodeInventory(node=name, gpus=tuple(
+        GPU(uuid=uu[i], model=draw(st.sampled_from(models)),
+            memory_mib=draw(st.sampled_from(mems)), index=i,
+            numa_node=draw(st.sampled_from((0, 1, None))),
+            nvlink_peers=tuple(draw(st.lists(st.sampled_from(uu), max_size=2, unique=True))),
+            healthy=draw(st.integers(0, 9)) > 0, split_count=draw(st.integers(1, max_split)))
+        for i in range(n)))
+
+
+def lifecycle_phases(a: PodAssignment) -> list[list[ContainerAssignment]]:
+    """The containers running together: apps with sidecars, then each init with the sidecars."""
+    side = [c for c in a.containers if c.kind is ContainerKind.SIDECAR]
+    apps = [c for c in a.containers if c.kind is not ContainerKind.INIT]
+    return [apps] + [[c, *side] for c in a.containers if c.kind is ContainerKind.INIT]
+
+
 def reference_usage(pods: dict[str, PodAssignment]) -> dict[str, tuple[int, int, int, int]]:
     """uuid -> (MiB, cores, slots, pods holding it exclusively), recomputed from scratch with
     the lifecycle rule: per GPU and dimension, max(sidecars+apps, each init + sidecars)."""
     total: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for a in pods.values():
-        side = [c for c in a.containers if c.kind is ContainerKind.SIDECAR]
-        apps = [c for c in a.containers if c.kind is not ContainerKind.INIT]
-        phases = [apps] + [[c, *side] for c in a.containers if c.kind is ContainerKind.INIT]
         per: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-        for ph in phases:
+        for ph in lifecycle_phases(a):
             acc: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
             for c in ph:
                 for s in c.slices:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from alloc_helpers import reference_usage
+from alloc_helpers import random_node, reference_usage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -42,15 +42,8 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
 def clusters(draw: st.DrawFn) -> list[NodeInventory]:
     invs = []
     for ni in range(draw(st.integers(1, 3))):
-        n = draw(st.integers(1, 4))
-        uu = [f"n{ni}-g{i}" for i in range(n)]
-        invs.append(NodeInventory(node=f"n{ni}", gpus=tuple(
-            GPU(uuid=uu[i], model=draw(st.sampled_from(MODELS)),
-                memory_mib=draw(st.sampled_from((1000, 2000, 4096))), index=i,
-                numa_node=draw(st.sampled_from((0, 1, None))),
-                nvlink_peers=tuple(draw(st.lists(st.sampled_from(uu), max_size=2, unique=True))),
-                healthy=draw(st.integers(0, 9)) > 0, split_count=draw(st.integers(1, 4)))
-            for i in range(n))))
+        invs.append(random_node(draw, f"n{ni}", draw(st.integers(1, 4)), MODELS,
+                                (1000, 2000, 4096), max_split=4))
     return invs
 
 

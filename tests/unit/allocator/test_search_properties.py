@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterator
 from itertools import combinations, product
 
-from alloc_helpers import node, one, pod, reference_usage, req, state
+from alloc_helpers import lifecycle_phases, node, one, pod, random_node, reference_usage, req, state
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -51,16 +51,10 @@ def busy_cluster(draw: st.DrawFn) -> ClusterState:
     """1-2 nodes of 1-4 GPUs, partly used by random single-slice pods."""
     state_ = ClusterState()
     for ni in range(draw(st.integers(1, 2))):
-        n = draw(st.integers(1, 4))
-        uu = [f"n{ni}-g{i}" for i in range(n)]
-        inv = NodeInventory(node=f"n{ni}", gpus=tuple(
-            GPU(uuid=uu[i], model=draw(st.sampled_from(MODELS)),
-                memory_mib=draw(st.sampled_from((2000, 2000, 3000))), index=i,
-                numa_node=draw(st.sampled_from((0, 1, None))),
-                nvlink_peers=tuple(draw(st.lists(st.sampled_from(uu), max_size=2, unique=True))),
-                healthy=draw(st.integers(0, 9)) > 0, split_count=draw(st.integers(1, 3)))
-            for i in range(n)))
+        inv = random_node(draw, f"n{ni}", draw(st.integers(1, 4)), MODELS, (2000, 2000, 3000),
+                          max_split=3)
         state_.add_node(inv)
+        uu = [g.uuid for g in inv.gpus]
         for k in range(draw(st.integers(0, 4))):  # some GPUs short of memory, others of cores
             mem, cores = draw(st.sampled_from(((1700, 0), (200, 80), (900, 40), (0, 100))))
             a = PodAssignment(node=inv.node, containers=(ContainerAssignment(
@@ -118,10 +112,7 @@ def _valid(existing: dict[str, PodAssignment], a: PodAssignment, gpus: dict[str,
             return False
         if excl and holders[u] > 1:
             return False
-    side = [c for c in a.containers if c.kind is ContainerKind.SIDECAR]
-    phases = [[c for c in a.containers if c.kind is not ContainerKind.INIT]]
-    phases += [[c, *side] for c in a.containers if c.kind is ContainerKind.INIT]
-    for ph in phases:
+    for ph in lifecycle_phases(a):
         on = Counter(s.uuid for c in ph for s in c.slices)
         if any(s.cores >= EXCLUSIVE_CORES and on[s.uuid] > 1 for c in ph for s in c.slices):
             return False  # an exclusive slice shares its GPU within one phase
