@@ -76,7 +76,8 @@ def simulate(cluster_file: str, trace_file: str, policies: tuple[str, ...], as_j
 @click.option("--compute-mode", type=click.Choice(["hard", "work-conserving"]),
               help="Compute throttling mode (default hard).")
 @click.option("--region", type=click.Path(dir_okay=False),
-              help="Shared region file; commands given the same file share one cap.")
+              help="Shared region file; commands given the same file share one cap "
+                   "(default: a private temporary region).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(gpu_memory: str | None, gpu_compute: int | None, compute_mode: str | None,
         region: str | None, command: tuple[str, ...]) -> None:
@@ -88,7 +89,8 @@ def run(gpu_memory: str | None, gpu_compute: int | None, compute_mode: str | Non
 
 @main.command()
 @click.option("--region", type=click.Path(dir_okay=False),
-              help="Shared region file (default: the one `gpuslice run` uses).")
+              help="Shared region file (default: $CUDA_DEVICE_MEMORY_SHARED_CACHE, else "
+                   "the library's /tmp/gpuslice-<uid>.region).")
 @click.option("--once", is_flag=True, help="Print one snapshot and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the snapshot as JSON.")
 def top(region: str | None, once: bool, as_json: bool) -> None:
