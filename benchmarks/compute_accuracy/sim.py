@@ -63,27 +63,25 @@ class ProcCfg(ctypes.Structure):
     ]
 
 
+# Case fields copied one to one into SimCfg (n_procs and use_board are derived in run()).
+CASE_FIELDS = (
+    "duration_ns",
+    "warmup_ns",
+    "bin_ns",
+    "timeslice_ns",
+    "seed",
+    "launch_ns",
+    "event_ns",
+    "submit_ns",
+    "sleep_slack_ns",
+    "min_sleep_ns",
+    "max_sleep_ns",
+)
+
+
 class SimCfg(ctypes.Structure):
     _fields_ = [
-        *[
-            (n, ctypes.c_int64)
-            for n in (
-                "n_procs",
-                "duration_ns",
-                "warmup_ns",
-                "bin_ns",
-                "timeslice_ns",
-                "seed",
-                "launch_ns",
-                "event_ns",
-                "submit_ns",
-                "sleep_slack_ns",
-                "min_sleep_ns",
-                "max_sleep_ns",
-                "use_board",
-                "switch_ns",
-            )
-        ],
+        *[(n, ctypes.c_int64) for n in ("n_procs", *CASE_FIELDS, "use_board", "switch_ns")],
         ("proc", ProcCfg * PROCS),
     ]
 
@@ -233,20 +231,7 @@ def run(case: Case) -> list[dict]:
     if not 1 <= len(case.procs) <= PROCS:
         raise ValueError(f"procs: {len(case.procs)} given; the simulator takes 1..{PROCS}")
     cfg = SimCfg()
-    for name in (
-        "duration_ns",
-        "warmup_ns",
-        "bin_ns",
-        "timeslice_ns",
-        "seed",
-        "launch_ns",
-        "event_ns",
-        "submit_ns",
-        "sleep_slack_ns",
-        "min_sleep_ns",
-        "max_sleep_ns",
-        "switch_ns",
-    ):
+    for name in (*CASE_FIELDS, "switch_ns"):
         setattr(cfg, name, getattr(case, name))
     cfg.n_procs = len(case.procs)
     cfg.use_board = int(case.use_board)

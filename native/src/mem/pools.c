@@ -273,22 +273,24 @@ CUresult gs_pool_alloc_from_pool_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemo
 
 /* Frees return memory to the pool, not to the driver: nothing to release here. If some pool
  * holds more than its release threshold, the next synchronisation may shrink it: flag it. */
+static CUresult gs_pool_freed(CUresult rc)
+{
+    if (__atomic_load_n(&gs_pool_armed, __ATOMIC_RELAXED)) __atomic_store_n(&gs_pool_dirty, 1, __ATOMIC_RELAXED);
+    return rc;
+}
+
 CUresult gs_pool_free_async(CUdeviceptr dptr, CUstream hStream)
 {
     PFN_cuMemFreeAsync_v11020 real = GS_REAL(cuMemFreeAsync);
     if (real == NULL) return CUDA_ERROR_NOT_FOUND;
-    CUresult rc = real(dptr, hStream);
-    if (__atomic_load_n(&gs_pool_armed, __ATOMIC_RELAXED)) __atomic_store_n(&gs_pool_dirty, 1, __ATOMIC_RELAXED);
-    return rc;
+    return gs_pool_freed(real(dptr, hStream));
 }
 
 CUresult gs_pool_free_async_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     PFN_cuMemFreeAsync_v11020_ptsz real = GS_REAL(cuMemFreeAsync_ptsz);
     if (real == NULL) return CUDA_ERROR_NOT_FOUND;
-    CUresult rc = real(dptr, hStream);
-    if (__atomic_load_n(&gs_pool_armed, __ATOMIC_RELAXED)) __atomic_store_n(&gs_pool_dirty, 1, __ATOMIC_RELAXED);
-    return rc;
+    return gs_pool_freed(real(dptr, hStream));
 }
 
 CUresult gs_pool_trim(CUmemoryPool pool, size_t minBytesToKeep)
