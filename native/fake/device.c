@@ -1,12 +1,14 @@
 /* Fake driver: initialisation, devices (CUDA_VISIBLE_DEVICES honoured), contexts and their footprint
  * (FAKE_CUDA_CONTEXT_MIB charged per primary context while retained and per created context, plus
- * FAKE_CUDA_CONTEXT_UNLISTED_MIB that only the device total shows, not NVML's per-process list). */
+ * FAKE_CUDA_CONTEXT_UNLISTED_MIB that only the device total shows, not NVML's per-process list;
+ * FAKE_CUDA_CONTEXT_DELAY_MS stretches a creation so that tests can race it). */
 #include "fake.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static atomic_int g_inited;
 static pthread_mutex_t g_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -150,6 +152,10 @@ static CUresult ctx_start(struct fake_ctx *c, int ordinal, int primary) {
             fake_uncharge(fake_phys(ordinal), fake_cfg()->ctx_bytes);
             return rc;
         }
+    }
+    if (fake_cfg()->ctx_delay_ms > 0) {
+        struct timespec ts = {fake_cfg()->ctx_delay_ms / 1000, (fake_cfg()->ctx_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
     }
     c->ordinal = ordinal;
     c->primary = primary;

@@ -79,6 +79,7 @@ struct fake_cfg {
     int visible[FAKE_MAX_DEV];    /* CUDA ordinal -> physical index */
     uint64_t ctx_bytes;
     uint64_t ctx_unlisted;
+    long ctx_delay_ms;
     uint64_t pool_chunk;
     int sm_count;
     int64_t ns_per_block;

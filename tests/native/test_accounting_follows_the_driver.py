@@ -113,6 +113,39 @@ def test_where_nvml_shows_other_pids_a_context_is_charged_the_device_delta(gs: H
     assert LIMIT - res.one("info").int("free") == 14 * MiB, res.describe()
 
 
+def test_a_context_is_not_charged_what_its_slice_allocated_while_it_was_created(
+    gs: Harness,
+) -> None:
+    # Processes of one slice starting together: B allocates 16 MiB while A's context is being
+    # created. The device-wide delta A sees includes B's context and bytes; they are B's.
+    container = {"FAKE_NVML_PID_OFFSET": "100000"}
+    slow = gs.spawn(
+        "init",
+        "ctx",
+        "info",
+        "hold",
+        limit=CAP,
+        ctx_mib=8,
+        extra={**container, "FAKE_CUDA_CONTEXT_DELAY_MS": "1500"},
+    )
+    fast = None
+    try:
+        read_line(slow, "init")
+        fast = gs.spawn(
+            "init", "ctx", "alloc", 16 * MiB, "hold", limit=CAP, ctx_mib=8, extra=container
+        )
+        assert read_line(fast, "alloc").rc == CUDA_SUCCESS
+        charged = LIMIT - read_line(slow, "info", timeout=10).int("free")
+        assert charged == (8 + 8 + 16) * MiB, (
+            f"two 8 MiB contexts and 16 MiB make 32 MiB; charged {charged / MiB:.0f} MiB"
+        )
+    finally:
+        for proc in (slow, fast):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+
+
 @pytest.mark.parametrize(
     ("sync", "via"),
     [

@@ -40,6 +40,14 @@ uint64_t gs_account_total(int dev)
     return u + p;
 }
 
+uint64_t gs_account_used(int dev)
+{
+    if (dev < 0 || dev >= GS_REGION_MAX_DEVICES) return 0;
+    uint64_t u, p;
+    gs_account_sum(dev, &u, &p);
+    return u;
+}
+
 uint64_t gs_account_limit(int dev)
 {
     struct gs_region_device *d = gs_region_device(dev);

@@ -19,6 +19,7 @@ void gs_account_cancel(int dev, uint64_t bytes);   /* after GS_OK and a failed a
 void gs_account_release(int dev, uint64_t bytes);  /* a committed allocation was freed */
 void gs_account_charge(int dev, uint64_t bytes);   /* add to used without a check (context footprint) */
 uint64_t gs_account_total(int dev);                /* used + pending over live slots */
+uint64_t gs_account_used(int dev);                 /* used over live slots */
 uint64_t gs_account_self(int dev);                 /* this process's used bytes */
 uint64_t gs_account_self_total(int dev);           /* this process's used + pending bytes */
 uint64_t gs_account_limit(int dev);                /* the region's limit, 0 = none */

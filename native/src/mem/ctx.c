@@ -2,9 +2,11 @@
  * right before and right after the real creation (a context has no cuMemGetInfo before it
  * exists): this process's per-process used memory where NVML lists this pid (outside containers;
  * the device-wide delta there also counts ~6 MiB NVML attributes to no process, H200 / driver
- * 580), else the device-wide used delta (containers: NVML lists host pids; another tenant
- * allocating in that window skews it, documented in docs/shim.md). Rounded up to 2 MiB, recorded
- * in the region device block. Without NVML nothing is charged (logged once). */
+ * 580), else the device-wide used delta less what the region's processes allocated or freed in
+ * that window (containers: NVML lists host pids; processes of one slice starting together must
+ * not charge each other's allocations to their contexts; another slice's tenant allocating in
+ * that window still skews it, documented in docs/shim.md). Rounded up to 2 MiB, recorded in the
+ * region device block. Without NVML nothing is charged (logged once). */
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -25,39 +27,45 @@ static int gs_ctx_dev_ok(CUdevice dev)
     return gs_ready() && dev >= 0 && dev < GS_REGION_MAX_DEVICES;
 }
 
-/* What NVML says about one device at one moment. */
+/* What NVML and the region say about one device at one moment. */
 struct gs_ctx_sample {
     uint64_t device; /* device used bytes, UINT64_MAX if NVML cannot tell */
     uint64_t self;   /* this pid's used bytes (0 while not listed) */
     int listed;      /* NVML lists this pid on the device */
+    uint64_t region; /* the region's charges: committed before, committed + pending after */
 };
 
-static struct gs_ctx_sample gs_ctx_sample(int dev)
+/* The region is read after the device before the creation and ahead of it after, so that an
+ * allocation racing a read can only make the context look bigger (the cap keeps holding). */
+static struct gs_ctx_sample gs_ctx_sample(int dev, int after)
 {
-    struct gs_ctx_sample s = {UINT64_MAX, 0, 0};
+    struct gs_ctx_sample s = {UINT64_MAX, 0, 0, 0};
     uint64_t v;
+    if (after) s.region = gs_account_total(dev);
     if (gs_nvml_cuda_device_used(dev, &v) == 0) s.device = v;
     if (gs_nvml_self_used(dev, &v) == 0) {
         s.self = v;
         s.listed = 1;
     }
+    if (!after) s.region = gs_account_used(dev);
     return s;
 }
 
 static struct gs_ctx_sample gs_ctx_no_sample(void)
 {
-    struct gs_ctx_sample s = {UINT64_MAX, 0, 0};
+    struct gs_ctx_sample s = {UINT64_MAX, 0, 0, 0};
     return s;
 }
 
 static uint64_t gs_ctx_footprint(int dev, struct gs_ctx_sample before)
 {
-    struct gs_ctx_sample after = gs_ctx_sample(dev);
+    struct gs_ctx_sample after = gs_ctx_sample(dev, 1);
     uint64_t delta;
     if (after.listed) { /* per-process: what NVML (and the node agent's watchdog) holds us to */
         delta = after.self > before.self ? after.self - before.self : 0;
     } else if (before.device != UINT64_MAX && after.device != UINT64_MAX) {
-        delta = after.device > before.device ? after.device - before.device : 0;
+        int64_t d = (int64_t)(after.device - before.device) - (int64_t)(after.region - before.region);
+        delta = d > 0 ? (uint64_t)d : 0;
     } else {
         GS_LOG_ONCE(GS_LOG_WARN, "context footprint: NVML device memory info unavailable; contexts are not charged");
         return 0;
@@ -77,7 +85,7 @@ CUresult gs_ctx_primary_retain(CUcontext *pctx, CUdevice dev)
     if (!gs_ctx_dev_ok(dev)) return real(pctx, dev);
     pthread_mutex_lock(&gs_ctx_lock);
     int first = gs_primary_refs[dev] == 0;
-    struct gs_ctx_sample before = first ? gs_ctx_sample(dev) : gs_ctx_no_sample();
+    struct gs_ctx_sample before = first ? gs_ctx_sample(dev, 0) : gs_ctx_no_sample();
     CUresult rc = real(pctx, dev);
     if (rc == CUDA_SUCCESS) {
         if (first) {
@@ -127,7 +135,7 @@ CUresult gs_ctx_primary_reset(CUdevice dev)
 
 static struct gs_ctx_sample gs_ctx_before(CUdevice dev)
 {
-    return gs_ctx_dev_ok(dev) ? gs_ctx_sample(dev) : gs_ctx_no_sample();
+    return gs_ctx_dev_ok(dev) ? gs_ctx_sample(dev, 0) : gs_ctx_no_sample();
 }
 
 static void gs_ctx_created(CUresult rc, CUcontext *pctx, CUdevice dev, struct gs_ctx_sample before)
