@@ -1,7 +1,8 @@
 /* Fake driver: initialisation, devices (CUDA_VISIBLE_DEVICES honoured), contexts and their footprint
  * (FAKE_CUDA_CONTEXT_MIB charged per primary context while retained and per created context, plus
  * FAKE_CUDA_CONTEXT_UNLISTED_MIB that only the device total shows, not NVML's per-process list;
- * FAKE_CUDA_CONTEXT_DELAY_MS stretches a creation so that tests can race it). */
+ * FAKE_CUDA_CONTEXT_DELAY_MS stretches a creation so that tests can race it; FAKE_CUDA_LAZY_MIB is
+ * taken at a context's first launch, like the driver's lazily loaded modules). */
 #include "fake.h"
 
 #include <pthread.h>
@@ -165,13 +166,25 @@ static CUresult ctx_start(struct fake_ctx *c, int ordinal, int primary) {
     return CUDA_SUCCESS;
 }
 
+CUresult fake_ctx_first_launch(struct fake_ctx *c) {
+    if (fake_cfg()->lazy_bytes == 0 || __atomic_exchange_n(&c->lazy_loaded, 1, __ATOMIC_ACQ_REL))
+        return CUDA_SUCCESS;
+    CUresult rc = fake_charge(fake_phys(c->ordinal), fake_cfg()->lazy_bytes);
+    if (rc != CUDA_SUCCESS)
+        __atomic_store_n(&c->lazy_loaded, 0, __ATOMIC_RELEASE);
+    return rc;
+}
+
 static void ctx_stop(struct fake_ctx *c) {
     fake_ctx_free_all(c);
     if (c->alive) {
         fake_uncharge(fake_phys(c->ordinal), fake_cfg()->ctx_bytes);
         fake_uncharge_unlisted(fake_phys(c->ordinal), fake_cfg()->ctx_unlisted);
+        if (c->lazy_loaded)
+            fake_uncharge(fake_phys(c->ordinal), fake_cfg()->lazy_bytes);
     }
     c->alive = 0;
+    c->lazy_loaded = 0;
 }
 
 FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d) {

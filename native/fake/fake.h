@@ -80,6 +80,7 @@ struct fake_cfg {
     uint64_t ctx_bytes;
     uint64_t ctx_unlisted;
     long ctx_delay_ms;
+    uint64_t lazy_bytes;
     uint64_t pool_chunk;
     int sm_count;
     int64_t ns_per_block;
@@ -110,11 +111,13 @@ struct fake_ctx {
     int primary;
     int refcount;
     int alive;
+    int lazy_loaded; /* FAKE_CUDA_LAZY_MIB charged (at the first launch) */
     struct fake_stream *null_stream;
 };
 int fake_initialized(void);
 struct fake_ctx *fake_current_ctx(void);
 CUresult fake_need_ctx(struct fake_ctx **out);
+CUresult fake_ctx_first_launch(struct fake_ctx *c);
 
 /* memory.c: table of everything that holds device bytes */
 enum fake_kind { FK_PLAIN = 1, FK_PITCH, FK_MANAGED, FK_POOL };

@@ -111,6 +111,9 @@ static CUresult launch(CUstream hs, unsigned gx, unsigned gy, unsigned gz) {
         return rc;
     if (gx == 0 || gy == 0 || gz == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    rc = fake_ctx_first_launch(s->ctx);
+    if (rc != CUDA_SUCCESS)
+        return rc;
     return enqueue(s, (uint64_t)gx * gy * gz);
 }
 

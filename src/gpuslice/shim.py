@@ -38,7 +38,8 @@ SLOTS_OFFSET = DEVICES_OFFSET + MAX_DEVICES * DEVICE_SIZE
 REGION_SIZE = SLOTS_OFFSET + MAX_SLOTS * SLOT_SIZE
 _HEADER = struct.Struct("<QIIIIIIIiiIQQiIQ")  # magic .. total_size (80 bytes)
 _DEVICE = struct.Struct("<64sQQ")  # uuid, limit, context_bytes
-_SLOT = struct.Struct(f"<iIQ{MAX_DEVICES}Q{MAX_DEVICES}Q")  # pid, state, start_time, used, pending
+# pid, state, start_time, used, pending, nvml_pid
+_SLOT = struct.Struct(f"<iIQ{MAX_DEVICES}Q{MAX_DEVICES}QI")
 _COMPUTE_PROC = struct.Struct("<QQQQqQ")  # busy, throttle, launches, throttled, inflight, last
 SLOT_STATES = {0: "free", 1: "live", 2: "reclaiming"}
 SLOT_LIVE = 1
@@ -107,6 +108,7 @@ class ProcessView:
     pending: tuple[int, ...]
     gpu_busy_ns: int = 0
     throttle_ns: int = 0
+    nvml_pid: int = 0  # the pid NVML lists it under (a host pid from a container), 0 unknown
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ class Region:
                 start_time=start, alive=pid_alive(pid, start) if check_alive else None,
                 used=tuple(fields[3:3 + MAX_DEVICES]),
                 pending=tuple(fields[3 + MAX_DEVICES:3 + 2 * MAX_DEVICES]),
-                gpu_busy_ns=busy, throttle_ns=throttle))
+                gpu_busy_ns=busy, throttle_ns=throttle, nvml_pid=fields[-1]))
         return out
 
     def limited_devices(self) -> list[DeviceView]:
@@ -203,7 +205,8 @@ class Region:
             "devices": [{"index": d.index, "uuid": d.uuid, "limit": d.limit, "used": d.used,
                          "pending": d.pending, "context_bytes": d.context_bytes}
                         for d in self.limited_devices()],
-            "processes": [{"slot": p.slot, "pid": p.pid, "state": p.state, "alive": p.alive,
+            "processes": [{"slot": p.slot, "pid": p.pid, "nvml_pid": p.nvml_pid,
+                           "state": p.state, "alive": p.alive,
                            "used": {str(i): u for i, u in enumerate(p.used) if u},
                            "pending": {str(i): u for i, u in enumerate(p.pending) if u},
                            "gpu_busy_ns": p.gpu_busy_ns, "throttle_ns": p.throttle_ns}
@@ -303,12 +306,12 @@ def _render(region: Region) -> Any:
                      _fmt_bytes(d.limit) if d.limit else "none", pct, _fmt_bytes(d.context_bytes))
     compute = f"{region.sm_limit}%" if region.sm_limit else "none"
     procs = Table(title=f"processes (compute limit: {compute})", title_justify="left")
-    for col in ("slot", "pid", "state", "alive", "used", "GPU busy s"):
+    for col in ("slot", "pid", "NVML pid", "state", "alive", "used", "GPU busy s"):
         procs.add_column(col, justify="right")
     for p in region.processes:
         used = ", ".join(f"{i}:{_fmt_bytes(u)}" for i, u in enumerate(p.used) if u) or "0"
-        procs.add_row(str(p.slot), str(p.pid), p.state, "-" if p.alive is None else str(p.alive),
-                      used, f"{p.gpu_busy_ns / 1e9:.1f}")
+        procs.add_row(str(p.slot), str(p.pid), str(p.nvml_pid or "-"), p.state,
+                      "-" if p.alive is None else str(p.alive), used, f"{p.gpu_busy_ns / 1e9:.1f}")
     return Group(devs, procs)
 
 

@@ -81,10 +81,12 @@ def children() -> Iterator[Callable[..., Child]]:
     """Factory for holder children, all killed at the end of the test whatever happened."""
     started: list[Child] = []
 
-    def start(env: dict[str, str], api: str = "torch", via_cli: list[str] | None = None) -> Child:
+    def start(env: dict[str, str], api: str = "torch", via_cli: list[str] | None = None,
+              prefix: list[str] | None = None) -> Child:
         argv = [sys.executable, str(PROGS / "holder.py"), "--api", api]
         if via_cli is not None:
             argv = gpuslice_argv("run", *via_cli, "--", *argv)
+        argv = [*(prefix or []), *argv]
         child = Child(argv, env)
         started.append(child)
         return child

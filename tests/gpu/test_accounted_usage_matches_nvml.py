@@ -3,12 +3,15 @@
 DESIGN §6 target: within 2 MiB + one allocation granule. Checked apart: a bare context's footprint
 (absolute); each driver-API path (plain odd sizes, pitch, VMM, arrays, stream-ordered with pool
 release and trim) as the change it makes to both numbers; PyTorch with each allocator, absolute and
-per step. Managed memory is recorded, not compared: NVML does not count unified memory as the
-process's device memory until it migrates.
+per step; and the same for a process in its own pid namespace (a container: NVML lists host pids,
+the library finds its own). Managed memory is recorded, not compared: NVML does not count unified
+memory as the process's device memory until it migrates.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
@@ -16,6 +19,8 @@ from typing import Any
 
 import pytest
 from gpu_harness import GRANULE, MiB, accounted_by_pid, nvml_used_by_pid, shim_env
+
+from gpuslice.shim import Region
 
 pytestmark = pytest.mark.gpu
 
@@ -116,3 +121,36 @@ def test_pytorch_allocations_are_accounted_like_nvml_sees_them(
     problems = _absolute_problems(seen, pattern) + _delta_problems(seen, pattern)
     assert not problems, ("accounted usage (context included) must track NVML within 2 MiB + "
                           "one granule:\n" + "\n".join(problems))
+
+
+# A container's pid namespace without a container runtime (needs root or user namespaces).
+UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+
+
+def test_in_its_own_pid_namespace_a_process_finds_its_host_pid_and_is_accounted_like_nvml(
+        libgpuslice: Path, torch_available: None, nvml: Any, region_path: Path,
+        children: Callable[..., Any], record: Callable[..., None]) -> None:
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) on this machine")
+    trial = subprocess.run([*UNSHARE, "true"], capture_output=True, text=True, timeout=30)
+    if trial.returncode != 0:
+        pytest.skip(f"cannot make a pid namespace here: {trial.stderr.strip()}")
+    child = children(shim_env(libgpuslice, region_path, limit="16GiB"), prefix=UNSHARE)
+    pattern = "torch in a pid namespace"
+    seen: list[tuple[str, int, int]] = []
+    for name, cmd in [("context only", {"op": "info"}), *TORCH_STEPS]:
+        reply = child.send(**cmd)
+        assert reply["ok"], f"step {name!r} failed: {reply}\n{child.log()}"
+        slot = next(p for p in Region.read(region_path, check_alive=False).processes
+                    if p.pid == child.pid and p.state == "live")
+        assert slot.nvml_pid not in (0, child.pid), (
+            f"the library must find the host pid NVML lists it under: {slot}\n{child.log()}")
+        nvml_used = nvml_used_by_pid(nvml, slot.nvml_pid)
+        assert nvml_used is not None, f"NVML has no row for host pid {slot.nvml_pid}"
+        record("accounted_vs_nvml", pattern=pattern, step=name, accounted=slot.used[0],
+               nvml=nvml_used, diff=slot.used[0] - nvml_used, host_pid=slot.nvml_pid)
+        seen.append((name, slot.used[0], nvml_used))
+    problems = _absolute_problems(seen, pattern) + _delta_problems(seen, pattern)
+    assert not problems, ("in a pid namespace too, accounted usage (context and lazily loaded "
+                          "modules included) must track NVML within 2 MiB + one granule:\n"
+                          + "\n".join(problems))

@@ -2,7 +2,8 @@
 
 A pool growing past the cap by more than the request is refused and undone; a context is charged
 what NVML lists for the process, not the device-wide delta (which holds memory NVML attributes to
-no process); memory a pool releases at a synchronisation leaves the account there; pool reads do
+no process), also in a container, where NVML lists host pids; memory the driver takes later
+(lazily loaded modules) is charged; memory a pool releases at a synchronisation leaves the account there; pool reads do
 not invalidate a global-mode stream capture. Found on an H200 (GPU suite runs 10 and 13); the fake
 driver models each behaviour (native/fake)."""
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 from harness import CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, Harness, MiB, read_line
+
+from gpuslice.shim import Region
 
 LIMIT = 64 * MiB
 CAP = "64Mi"
@@ -100,17 +103,76 @@ def test_a_context_is_charged_what_nvml_lists_for_the_process(gs: Harness) -> No
     assert (extra, destroyed) == (16 * MiB, 8 * MiB), res.describe()
 
 
-def test_where_nvml_shows_other_pids_a_context_is_charged_the_device_delta(gs: Harness) -> None:
-    # In a container NVML lists host pids: the device-wide delta is all there is to measure.
+HOST_PIDS = {"FAKE_NVML_PID_OFFSET": "100000"}  # NVML in a container: pids of another namespace
+
+
+def test_in_a_container_the_process_finds_its_host_pid_and_is_charged_what_nvml_lists(
+    gs: Harness,
+) -> None:
+    holder = gs.spawn(
+        "init", "ctx", "info", "hold", limit=CAP, ctx_mib=8, extra={**UNLISTED, **HOST_PIDS}
+    )
+    try:
+        charged = LIMIT - read_line(holder, "info").int("free")
+        assert charged == 8 * MiB, (
+            f"NVML lists the new host pid at 8 MiB; the 6 MiB only the device total shows are not "
+            f"the process's (charged {charged / MiB:.0f} MiB)"
+        )
+        slot = next(p for p in Region.read(gs.region).processes if p.pid == holder.pid)
+        assert slot.nvml_pid == holder.pid + 100000, f"the region records the host pid: {slot}"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("pids", ["same namespace", "container"])
+def test_memory_the_driver_takes_after_the_context_is_charged(gs: Harness, pids: str) -> None:
+    # lazily loaded modules: the driver takes memory at the first launches, outside any allocation
     res = gs.probe(
         "init",
         "ctx",
         "info",
+        "launch",
+        1,
+        1,
+        "sync",
+        "info",
         limit=CAP,
         ctx_mib=8,
-        extra={**UNLISTED, "FAKE_NVML_PID_OFFSET": "100000"},
+        extra={"FAKE_CUDA_LAZY_MIB": "16", **(HOST_PIDS if pids == "container" else {})},
     )
-    assert LIMIT - res.one("info").int("free") == 14 * MiB, res.describe()
+    before, after = (LIMIT - ln.int("free") for ln in res.of("info"))
+    assert (before, after) == (8 * MiB, 24 * MiB), res.describe()
+
+
+def test_with_two_new_processes_in_sight_a_context_is_charged_the_device_delta(
+    gs: Harness,
+) -> None:
+    # A's context is created while B starts: two host pids appear, so A cannot tell which is its
+    # own and is charged the device-wide delta (its 8 MiB + the 6 MiB no process is listed for).
+    slow = gs.spawn(
+        "init",
+        "ctx",
+        "info",
+        "hold",
+        limit=CAP,
+        ctx_mib=8,
+        extra={**UNLISTED, **HOST_PIDS, "FAKE_CUDA_CONTEXT_DELAY_MS": "1500"},
+    )
+    fast = None
+    try:
+        read_line(slow, "init")
+        fast = gs.spawn(
+            "init", "ctx", "info", "hold", limit=CAP, ctx_mib=8, extra={**UNLISTED, **HOST_PIDS}
+        )
+        assert LIMIT - read_line(fast, "info").int("free") == 8 * MiB, "B alone found its host pid"
+        charged = LIMIT - read_line(slow, "info", timeout=10).int("free")
+        assert charged == (8 + 8 + 6 + 6) * MiB, f"charged {charged / MiB:.0f} MiB"
+    finally:
+        for proc in (slow, fast):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
 
 
 def test_a_context_is_not_charged_what_its_slice_allocated_while_it_was_created(
@@ -118,7 +180,7 @@ def test_a_context_is_not_charged_what_its_slice_allocated_while_it_was_created(
 ) -> None:
     # Processes of one slice starting together: B allocates 16 MiB while A's context is being
     # created. The device-wide delta A sees includes B's context and bytes; they are B's.
-    container = {"FAKE_NVML_PID_OFFSET": "100000"}
+    container = HOST_PIDS
     slow = gs.spawn(
         "init",
         "ctx",

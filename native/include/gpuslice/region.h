@@ -64,7 +64,8 @@ struct gs_region_slot {                 /* 384 bytes */
     uint64_t start_time;                /*   8 owner's /proc/<pid>/stat starttime (clock ticks) */
     uint64_t used[GS_REGION_MAX_DEVICES];    /*  16 committed bytes per device */
     uint64_t pending[GS_REGION_MAX_DEVICES]; /* 144 reserved, allocation in flight */
-    uint8_t reserved[288 - 272];        /* 272 zero */
+    uint32_t nvml_pid;                  /* 272 pid NVML lists this process under, 0 unknown */
+    uint8_t reserved[288 - 276];        /* 276 zero */
     struct gs_compute_proc compute;     /* 288 owned by native/src/compute */
     uint8_t reserved2[384 - 288 - GS_COMPUTE_PROC_BYTES];
 };
@@ -83,6 +84,7 @@ _Static_assert(offsetof(struct gs_region_device, compute) == 256, "region device
 _Static_assert(sizeof(struct gs_region_slot) == 384, "region slot size");
 _Static_assert(offsetof(struct gs_region_slot, used) == 16, "region slot layout");
 _Static_assert(offsetof(struct gs_region_slot, pending) == 144, "region slot layout");
+_Static_assert(offsetof(struct gs_region_slot, nvml_pid) == 272, "region slot layout");
 _Static_assert(offsetof(struct gs_region_slot, compute) == 288, "region slot layout");
 _Static_assert(GS_REGION_SIZE == 405504, "region size");
 

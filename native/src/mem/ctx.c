@@ -1,12 +1,12 @@
 /* Contexts: their own device footprint is charged to the slice. Measured, not assumed, with NVML
  * right before and right after the real creation (a context has no cuMemGetInfo before it
- * exists): this process's per-process used memory where NVML lists this pid (outside containers;
- * the device-wide delta there also counts ~6 MiB NVML attributes to no process, H200 / driver
- * 580), else the device-wide used delta less what the region's processes allocated or freed in
- * that window (containers: NVML lists host pids; processes of one slice starting together must
- * not charge each other's allocations to their contexts; another slice's tenant allocating in
- * that window still skews it, documented in docs/shim.md). Rounded up to 2 MiB, recorded in the
- * region device block. Without NVML nothing is charged (logged once). */
+ * exists): this process's per-process used memory where NVML lists it (the device-wide delta
+ * also counts ~6 MiB NVML attributes to no process, H200 / driver 580). In a container NVML lists
+ * host pids: the first creation finds ours (gs_ctx_find_self). Until then, the device-wide used
+ * delta less what the region's processes allocated or freed in that window (processes of one
+ * slice starting together must not charge each other's allocations to their contexts; another
+ * slice's tenant allocating in that window still skews it, docs/shim.md). Rounded up to 2 MiB,
+ * recorded in the region device block. Without NVML nothing is charged (logged once). */
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -19,6 +19,7 @@
 #include "region.h"
 
 static int gs_primary_refs[GS_REGION_MAX_DEVICES];
+static void gs_ctx_reconcile_resume(void);
 static uint64_t gs_primary_charge[GS_REGION_MAX_DEVICES];
 static pthread_mutex_t gs_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -30,41 +31,81 @@ static int gs_ctx_dev_ok(CUdevice dev)
 /* What NVML and the region say about one device at one moment. */
 struct gs_ctx_sample {
     uint64_t device; /* device used bytes, UINT64_MAX if NVML cannot tell */
-    uint64_t self;   /* this pid's used bytes (0 while not listed) */
-    int listed;      /* NVML lists this pid on the device */
+    uint64_t self;   /* this process's used bytes (0 while not listed) */
+    int listed;      /* NVML lists this process on the device */
     uint64_t region; /* the region's charges: committed before, committed + pending after */
+    int nprocs;      /* processes NVML lists, -1 if it cannot */
+    unsigned pids[GS_NVML_MAX_PROCS];
+    uint64_t procs_used[GS_NVML_MAX_PROCS];
 };
 
 /* The region is read after the device before the creation and ahead of it after, so that an
  * allocation racing a read can only make the context look bigger (the cap keeps holding). */
-static struct gs_ctx_sample gs_ctx_sample(int dev, int after)
+static void gs_ctx_sample(int dev, int after, struct gs_ctx_sample *s)
 {
-    struct gs_ctx_sample s = {UINT64_MAX, 0, 0, 0};
     uint64_t v;
-    if (after) s.region = gs_account_total(dev);
-    if (gs_nvml_cuda_device_used(dev, &v) == 0) s.device = v;
-    if (gs_nvml_self_used(dev, &v) == 0) {
-        s.self = v;
-        s.listed = 1;
+    if (after) s->region = gs_account_total(dev);
+    s->device = gs_nvml_cuda_device_used(dev, &v) == 0 ? v : UINT64_MAX;
+    s->nprocs = gs_nvml_processes(dev, s->pids, s->procs_used, GS_NVML_MAX_PROCS);
+    s->self = 0;
+    s->listed = 0;
+    unsigned me = gs_nvml_self_pid();
+    for (int i = 0; i < s->nprocs; i++) {
+        if (s->pids[i] == me) {
+            s->self = s->procs_used[i];
+            s->listed = 1;
+        }
     }
-    if (!after) s.region = gs_account_used(dev);
-    return s;
+    if (!after) s->region = gs_account_used(dev);
 }
 
-static struct gs_ctx_sample gs_ctx_no_sample(void)
+static void gs_ctx_no_sample(struct gs_ctx_sample *s)
 {
-    struct gs_ctx_sample s = {UINT64_MAX, 0, 0, 0};
-    return s;
+    s->device = UINT64_MAX;
+    s->nprocs = -1;
+    s->self = 0;
+    s->listed = 0;
+    s->region = 0;
 }
 
-static uint64_t gs_ctx_footprint(int dev, struct gs_ctx_sample before)
+/* In a container NVML lists host pids. The one process that appeared while our context was
+ * created, holding no more than the device total grew by, is us: adopt its pid so that NVML's
+ * per-process memory (this footprint, the driver overhead below, the node agent's watchdog)
+ * works as it does outside containers. Two processes appearing at once → not adopted; this
+ * context is charged the device delta and the next creation tries again. */
+static void gs_ctx_find_self(const struct gs_ctx_sample *before, struct gs_ctx_sample *after)
 {
-    struct gs_ctx_sample after = gs_ctx_sample(dev, 1);
+    if (before->nprocs < 0 || after->nprocs < 0 || before->device == UINT64_MAX || after->device == UINT64_MAX ||
+        after->device < before->device)
+        return;
+    int found = -1;
+    for (int i = 0; i < after->nprocs; i++) {
+        int seen = 0;
+        for (int j = 0; j < before->nprocs && !seen; j++) seen = before->pids[j] == after->pids[i];
+        if (seen) continue;
+        if (found >= 0) return;
+        found = i;
+    }
+    if (found < 0 || after->procs_used[found] > after->device - before->device) return;
+    gs_nvml_adopt_pid(after->pids[found]);
+    struct gs_region_slot *slot = gs_region_self();
+    if (slot) __atomic_store_n(&slot->nvml_pid, after->pids[found], __ATOMIC_RELAXED);
+    GS_INFO("NVML lists this process as pid %u (another pid namespace)", after->pids[found]);
+    gs_ctx_reconcile_resume();
+    after->self = after->procs_used[found];
+    after->listed = 1;
+}
+
+static uint64_t gs_ctx_footprint(int dev, const struct gs_ctx_sample *before)
+{
+    struct gs_ctx_sample after;
+    gs_ctx_sample(dev, 1, &after);
+    if (!after.listed) gs_ctx_find_self(before, &after);
     uint64_t delta;
     if (after.listed) { /* per-process: what NVML (and the node agent's watchdog) holds us to */
-        delta = after.self > before.self ? after.self - before.self : 0;
-    } else if (before.device != UINT64_MAX && after.device != UINT64_MAX) {
-        int64_t d = (int64_t)(after.device - before.device) - (int64_t)(after.region - before.region);
+        delta = after.self > before->self ? after.self - before->self : 0;
+    } else if (before->device != UINT64_MAX && after.device != UINT64_MAX) {
+        int64_t d = (int64_t)(after.device - before->device) - (int64_t)(after.region - before->region);
         delta = d > 0 ? (uint64_t)d : 0;
     } else {
         GS_LOG_ONCE(GS_LOG_WARN, "context footprint: NVML device memory info unavailable; contexts are not charged");
@@ -85,11 +126,12 @@ CUresult gs_ctx_primary_retain(CUcontext *pctx, CUdevice dev)
     if (!gs_ctx_dev_ok(dev)) return real(pctx, dev);
     pthread_mutex_lock(&gs_ctx_lock);
     int first = gs_primary_refs[dev] == 0;
-    struct gs_ctx_sample before = first ? gs_ctx_sample(dev, 0) : gs_ctx_no_sample();
+    struct gs_ctx_sample before;
+    if (first) gs_ctx_sample(dev, 0, &before);
     CUresult rc = real(pctx, dev);
     if (rc == CUDA_SUCCESS) {
         if (first) {
-            gs_primary_charge[dev] = gs_ctx_footprint(dev, before);
+            gs_primary_charge[dev] = gs_ctx_footprint(dev, &before);
             gs_account_charge(dev, gs_primary_charge[dev]);
         }
         gs_primary_refs[dev]++;
@@ -133,12 +175,13 @@ CUresult gs_ctx_primary_reset(CUdevice dev)
     return rc;
 }
 
-static struct gs_ctx_sample gs_ctx_before(CUdevice dev)
+static void gs_ctx_before(CUdevice dev, struct gs_ctx_sample *before)
 {
-    return gs_ctx_dev_ok(dev) ? gs_ctx_sample(dev, 0) : gs_ctx_no_sample();
+    if (gs_ctx_dev_ok(dev)) gs_ctx_sample(dev, 0, before);
+    else gs_ctx_no_sample(before);
 }
 
-static void gs_ctx_created(CUresult rc, CUcontext *pctx, CUdevice dev, struct gs_ctx_sample before)
+static void gs_ctx_created(CUresult rc, CUcontext *pctx, CUdevice dev, const struct gs_ctx_sample *before)
 {
     if (rc != CUDA_SUCCESS || !gs_ctx_dev_ok(dev)) return;
     uint64_t bytes = gs_ctx_footprint(dev, before);
@@ -151,9 +194,10 @@ CUresult gs_ctx_create_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
     PFN_cuCtxCreate_v3020 real = GS_REAL(cuCtxCreate_v2);
     if (real == NULL) return CUDA_ERROR_NOT_FOUND;
     pthread_mutex_lock(&gs_ctx_lock);
-    struct gs_ctx_sample before = gs_ctx_before(dev);
+    struct gs_ctx_sample before;
+    gs_ctx_before(dev, &before);
     CUresult rc = real(pctx, flags, dev);
-    gs_ctx_created(rc, pctx, dev, before);
+    gs_ctx_created(rc, pctx, dev, &before);
     pthread_mutex_unlock(&gs_ctx_lock);
     return rc;
 }
@@ -163,9 +207,10 @@ CUresult gs_ctx_create_v3(CUcontext *pctx, CUexecAffinityParam *params, int n, u
     PFN_cuCtxCreate_v11040 real = GS_REAL(cuCtxCreate_v3);
     if (real == NULL) return CUDA_ERROR_NOT_FOUND;
     pthread_mutex_lock(&gs_ctx_lock);
-    struct gs_ctx_sample before = gs_ctx_before(dev);
+    struct gs_ctx_sample before;
+    gs_ctx_before(dev, &before);
     CUresult rc = real(pctx, params, n, flags, dev);
-    gs_ctx_created(rc, pctx, dev, before);
+    gs_ctx_created(rc, pctx, dev, &before);
     pthread_mutex_unlock(&gs_ctx_lock);
     return rc;
 }
@@ -175,9 +220,10 @@ CUresult gs_ctx_create_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned i
     PFN_cuCtxCreate_v12050 real = GS_REAL(cuCtxCreate_v4);
     if (real == NULL) return CUDA_ERROR_NOT_FOUND;
     pthread_mutex_lock(&gs_ctx_lock);
-    struct gs_ctx_sample before = gs_ctx_before(dev);
+    struct gs_ctx_sample before;
+    gs_ctx_before(dev, &before);
     CUresult rc = real(pctx, params, flags, dev);
-    gs_ctx_created(rc, pctx, dev, before);
+    gs_ctx_created(rc, pctx, dev, &before);
     pthread_mutex_unlock(&gs_ctx_lock);
     return rc;
 }
@@ -198,15 +244,16 @@ CUresult gs_ctx_destroy(CUcontext ctx)
 /* ---- driver memory outside allocations ----
  * After the context exists the driver keeps taking device memory on its own (lazily loaded
  * modules: ~84 MiB once PyTorch's first cuBLAS matmul ran on an H200). Where NVML lists this
- * process (same pid namespace, e.g. `gpuslice run`), its per-process used memory is the ground
- * truth: the part not covered by our charges is charged as overhead, re-read at most every
- * 100 ms from the allocation and synchronisation paths and on every cuMemGetInfo. Where NVML
- * shows other pids (a container), this is skipped. */
+ * process (its own pid, or the host pid found at context creation), its per-process used memory
+ * is the ground truth: the part not covered by our charges is charged as overhead, re-read at
+ * most every 100 ms from the allocation and synchronisation paths and on every cuMemGetInfo.
+ * Where NVML cannot be matched to this process, this is skipped. */
 
 #define GS_RECONCILE_NS 100000000ull
 
 static uint64_t gs_overhead[GS_REGION_MAX_DEVICES];
 static uint64_t gs_reconcile_last[GS_REGION_MAX_DEVICES];
+enum { GS_RECONCILE_ON, GS_RECONCILE_NO_NVML, GS_RECONCILE_UNLISTED /* until a host pid is found */ };
 static int gs_reconcile_off;
 
 static uint64_t gs_mono_ns(void)
@@ -214,6 +261,12 @@ static uint64_t gs_mono_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void gs_ctx_reconcile_resume(void)
+{
+    int unlisted = GS_RECONCILE_UNLISTED;
+    __atomic_compare_exchange_n(&gs_reconcile_off, &unlisted, GS_RECONCILE_ON, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
 void gs_ctx_reconcile(int dev, int force)
@@ -228,10 +281,11 @@ void gs_ctx_reconcile(int dev, int force)
     uint64_t nv = 0;
     int r = gs_nvml_self_used(dev, &nv);
     if (r != 0) {
-        if (r < 0 || gs_primary_refs[dev] > 0) { /* NVML missing, or it cannot see our pid */
-            __atomic_store_n(&gs_reconcile_off, 1, __ATOMIC_RELAXED);
-            GS_DEBUG("reconcile: NVML per-process memory unavailable for this pid; driver overhead beyond the "
-                     "context footprint is not charged");
+        if (r < 0 || gs_primary_refs[dev] > 0) { /* NVML missing, or it lists no pid of ours */
+            __atomic_store_n(&gs_reconcile_off, r < 0 ? GS_RECONCILE_NO_NVML : GS_RECONCILE_UNLISTED,
+                             __ATOMIC_RELAXED);
+            GS_DEBUG("reconcile: NVML per-process memory unavailable for this process; driver overhead beyond "
+                     "the context footprint is not charged");
         }
         pthread_mutex_unlock(&gs_ctx_lock);
         return;

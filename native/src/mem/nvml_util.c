@@ -66,17 +66,48 @@ int gs_nvml_cuda_device_used(int cuda_dev, uint64_t *used)
     return 0;
 }
 
-int gs_nvml_self_used(int cuda_dev, uint64_t *used)
+int gs_nvml_processes(int cuda_dev, unsigned *pids, uint64_t *used, int max)
 {
     nvmlDevice_t h = gs_nvml_handle(cuda_dev);
     PFN_nvmlDeviceGetComputeRunningProcesses_v3 list = gs_real_nvmlDeviceGetComputeRunningProcesses_v3;
-    nvmlProcessInfo_v2_t infos[128];
+    nvmlProcessInfo_v2_t infos[GS_NVML_MAX_PROCS];
     unsigned int n = sizeof infos / sizeof infos[0];
     if (h == NULL || list == NULL || list(h, &n, infos) != NVML_SUCCESS) return -1;
-    unsigned int me = (unsigned int)getpid();
-    for (unsigned int i = 0; i < n && i < sizeof infos / sizeof infos[0]; i++) {
-        if (infos[i].pid == me) {
-            *used = infos[i].usedGpuMemory;
+    int k = 0;
+    for (unsigned int i = 0; i < n && i < sizeof infos / sizeof infos[0] && k < max; i++, k++) {
+        pids[k] = infos[i].pid;
+        used[k] = infos[i].usedGpuMemory;
+    }
+    return k;
+}
+
+/* Adopted NVML pid and the getpid() it belongs to (a forked child must not inherit it). */
+static unsigned gs_adopted_pid;
+static pid_t gs_adopted_for;
+
+unsigned gs_nvml_self_pid(void)
+{
+    pid_t me = getpid();
+    if (__atomic_load_n(&gs_adopted_for, __ATOMIC_ACQUIRE) == me) return __atomic_load_n(&gs_adopted_pid, __ATOMIC_RELAXED);
+    return (unsigned)me;
+}
+
+void gs_nvml_adopt_pid(unsigned pid)
+{
+    __atomic_store_n(&gs_adopted_pid, pid, __ATOMIC_RELAXED);
+    __atomic_store_n(&gs_adopted_for, getpid(), __ATOMIC_RELEASE);
+}
+
+int gs_nvml_self_used(int cuda_dev, uint64_t *used)
+{
+    unsigned pids[GS_NVML_MAX_PROCS];
+    uint64_t bytes[GS_NVML_MAX_PROCS];
+    int n = gs_nvml_processes(cuda_dev, pids, bytes, GS_NVML_MAX_PROCS);
+    if (n < 0) return -1;
+    unsigned me = gs_nvml_self_pid();
+    for (int i = 0; i < n; i++) {
+        if (pids[i] == me) {
+            *used = bytes[i];
             return 0;
         }
     }

@@ -105,6 +105,7 @@ static void gs_slot_clear(struct gs_region_slot *s)
         __atomic_store_n(&s->used[d], 0, __ATOMIC_RELAXED);
         __atomic_store_n(&s->pending[d], 0, __ATOMIC_RELAXED);
     }
+    __atomic_store_n(&s->nvml_pid, 0, __ATOMIC_RELAXED);
     memset(&s->compute, 0, sizeof s->compute);
 }
 
