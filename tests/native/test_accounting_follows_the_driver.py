@@ -4,8 +4,8 @@ A pool growing past the cap by more than the request is refused and undone; a co
 what NVML lists for the process, not the device-wide delta (which holds memory NVML attributes to
 no process), also in a container, where NVML lists host pids; memory the driver takes later
 (lazily loaded modules) is charged; memory a pool releases at a synchronisation leaves the
-account there; pool reads do not invalidate a global-mode stream capture. Found on an H200 (GPU suite runs 10 and 13); the fake
-driver models each behaviour (native/fake)."""
+account there; pool reads do not invalidate a global-mode stream capture. Found on an H200 (GPU
+suite runs 10 and 13); the fake driver models each behaviour (native/fake)."""
 
 from __future__ import annotations
 
