@@ -108,7 +108,7 @@ class ProcessView:
     pending: tuple[int, ...]
     gpu_busy_ns: int = 0
     throttle_ns: int = 0
-    nvml_pid: int = 0  # the pid NVML lists it under (a host pid from a container), 0 unknown
+    nvml_pid: int = 0  # the pid NVML lists it under, as the process sees it; 0 unknown
 
 
 @dataclass(frozen=True)

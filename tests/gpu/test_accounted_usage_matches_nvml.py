@@ -127,15 +127,24 @@ def test_pytorch_allocations_are_accounted_like_nvml_sees_them(
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
 
-def test_in_its_own_pid_namespace_a_process_finds_its_host_pid_and_is_accounted_like_nvml(
+def _host_pid_of_namespace_init(unshare_pid: int) -> int:
+    children = Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read_text().split()
+    assert len(children) == 1, f"unshare should have one child, has {children}"
+    return int(children[0])
+
+
+def test_in_its_own_pid_namespace_a_process_is_accounted_like_nvml(
         libgpuslice: Path, torch_available: None, nvml: Any, region_path: Path,
         children: Callable[..., Any], record: Callable[..., None]) -> None:
+    # Whether NVML lists the process under its namespace pid (the driver translates) or under
+    # its host pid (the library must find it), context and lazily loaded modules are charged.
     if shutil.which("unshare") is None:
         pytest.skip("no unshare(1) on this machine")
     trial = subprocess.run([*UNSHARE, "true"], capture_output=True, text=True, timeout=30)
     if trial.returncode != 0:
         pytest.skip(f"cannot make a pid namespace here: {trial.stderr.strip()}")
     child = children(shim_env(libgpuslice, region_path, limit="16GiB"), prefix=UNSHARE)
+    host_pid = _host_pid_of_namespace_init(child.proc.pid)
     pattern = "torch in a pid namespace"
     seen: list[tuple[str, int, int]] = []
     for name, cmd in [("context only", {"op": "info"}), *TORCH_STEPS]:
@@ -143,12 +152,14 @@ def test_in_its_own_pid_namespace_a_process_finds_its_host_pid_and_is_accounted_
         assert reply["ok"], f"step {name!r} failed: {reply}\n{child.log()}"
         slot = next(p for p in Region.read(region_path, check_alive=False).processes
                     if p.pid == child.pid and p.state == "live")
-        assert slot.nvml_pid not in (0, child.pid), (
-            f"the library must find the host pid NVML lists it under: {slot}\n{child.log()}")
-        nvml_used = nvml_used_by_pid(nvml, slot.nvml_pid)
-        assert nvml_used is not None, f"NVML has no row for host pid {slot.nvml_pid}"
+        assert slot.nvml_pid in (child.pid, host_pid), (
+            f"the library must know the pid NVML lists it under (namespace pid {child.pid}, "
+            f"host pid {host_pid}): {slot}\n{child.log()}")
+        nvml_used = nvml_used_by_pid(nvml, host_pid)
+        assert nvml_used is not None, f"NVML has no row for host pid {host_pid}"
         record("accounted_vs_nvml", pattern=pattern, step=name, accounted=slot.used[0],
-               nvml=nvml_used, diff=slot.used[0] - nvml_used, host_pid=slot.nvml_pid)
+               nvml=nvml_used, diff=slot.used[0] - nvml_used, namespace_pid=child.pid,
+               host_pid=host_pid, nvml_pid_seen_inside=slot.nvml_pid)
         seen.append((name, slot.used[0], nvml_used))
     problems = _absolute_problems(seen, pattern) + _delta_problems(seen, pattern)
     assert not problems, ("in a pid namespace too, accounted usage (context and lazily loaded "

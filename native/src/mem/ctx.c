@@ -1,12 +1,13 @@
 /* Contexts: their own device footprint is charged to the slice. Measured, not assumed, with NVML
  * right before and right after the real creation (a context has no cuMemGetInfo before it
  * exists): this process's per-process used memory where NVML lists it (the device-wide delta
- * also counts ~6 MiB NVML attributes to no process, H200 / driver 580). In a container NVML lists
- * host pids: the first creation finds ours (gs_ctx_find_self). Until then, the device-wide used
- * delta less what the region's processes allocated or freed in that window (processes of one
- * slice starting together must not charge each other's allocations to their contexts; another
- * slice's tenant allocating in that window still skews it, docs/shim.md). Rounded up to 2 MiB,
- * recorded in the region device block. Without NVML nothing is charged (logged once). */
+ * also counts ~6 MiB NVML attributes to no process, H200 / driver 580). Driver 580 lists a
+ * process of a pid namespace under its own pid; where a driver lists host pids, the first
+ * creation finds ours (gs_ctx_find_self). Until then, the device-wide used delta less what the
+ * region's processes allocated or freed in that window (processes of one slice starting together
+ * must not charge each other's allocations to their contexts; another slice's tenant allocating
+ * in that window still skews it, docs/shim.md). Rounded up to 2 MiB, recorded in the region
+ * device block. Without NVML nothing is charged (logged once). */
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -68,7 +69,7 @@ static void gs_ctx_no_sample(struct gs_ctx_sample *s)
     s->region = 0;
 }
 
-/* In a container NVML lists host pids. The one process that appeared while our context was
+/* Where NVML lists host pids to a container, the one process that appeared while our context was
  * created, holding no more than the device total grew by, is us: adopt its pid so that NVML's
  * per-process memory (this footprint, the driver overhead below, the node agent's watchdog)
  * works as it does outside containers. Two processes appearing at once → not adopted; this
@@ -88,8 +89,6 @@ static void gs_ctx_find_self(const struct gs_ctx_sample *before, struct gs_ctx_s
     }
     if (found < 0 || after->procs_used[found] > after->device - before->device) return;
     gs_nvml_adopt_pid(after->pids[found]);
-    struct gs_region_slot *slot = gs_region_self();
-    if (slot) __atomic_store_n(&slot->nvml_pid, after->pids[found], __ATOMIC_RELAXED);
     GS_INFO("NVML lists this process as pid %u (another pid namespace)", after->pids[found]);
     gs_ctx_reconcile_resume();
     after->self = after->procs_used[found];
@@ -101,6 +100,8 @@ static uint64_t gs_ctx_footprint(int dev, const struct gs_ctx_sample *before)
     struct gs_ctx_sample after;
     gs_ctx_sample(dev, 1, &after);
     if (!after.listed) gs_ctx_find_self(before, &after);
+    struct gs_region_slot *slot = gs_region_self();
+    if (slot && after.listed) __atomic_store_n(&slot->nvml_pid, gs_nvml_self_pid(), __ATOMIC_RELAXED);
     uint64_t delta;
     if (after.listed) { /* per-process: what NVML (and the node agent's watchdog) holds us to */
         delta = after.self > before->self ? after.self - before->self : 0;

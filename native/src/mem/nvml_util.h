@@ -16,7 +16,7 @@ int gs_nvml_self_used(int cuda_dev, uint64_t *used);
 /* The pids NVML lists on a CUDA ordinal with their used bytes (at most max): count, -1 unavailable. */
 int gs_nvml_processes(int cuda_dev, unsigned *pids, uint64_t *used, int max);
 /* The pid NVML lists this process under: getpid(), or the one adopted for this process (in a
- * container NVML reports host pids; src/mem/ctx.c finds ours when a context appears). */
+ * pid namespace some drivers list host pids; src/mem/ctx.c finds ours when a context appears). */
 unsigned gs_nvml_self_pid(void);
 void gs_nvml_adopt_pid(unsigned pid);
 /* CUDA ordinal of an NVML device as this container sees it, or -1 (not visible / unknown). */
