@@ -78,8 +78,8 @@ int gs_account_reserve(int dev, uint64_t bytes)
 {
     if (dev < 0 || dev >= GS_REGION_MAX_DEVICES) return GS_PASS;
     struct gs_region_slot *s = gs_region_self();
-    if (s == NULL) return GS_PASS;
     uint64_t limit = gs_account_limit(dev);
+    if (s == NULL) return gs_region() && limit ? GS_OVER : GS_PASS; /* every slot taken: fail closed */
     for (int attempt = 0;; attempt++) {
         __atomic_fetch_add(&s->pending[dev], bytes, __ATOMIC_SEQ_CST);
         if (limit == 0) return GS_OK;

@@ -197,7 +197,9 @@ struct gs_region_slot *gs_region_self(void)
             idx = gs_slot_try_claim(h, pid, start);
         }
         if (idx < 0)
-            GS_LOG_ONCE(GS_LOG_ERROR, "region: all %d process slots are in use; this process runs unaccounted",
+            GS_LOG_ONCE(GS_LOG_ERROR,
+                        "region: all %d process slots are in use; this process's allocations on limited devices "
+                        "fail (OUT_OF_MEMORY) until a slot frees: too many CUDA processes share this region",
                         GS_REGION_MAX_SLOTS);
         __atomic_store_n(&gs_self, idx, __ATOMIC_RELEASE);
     }

@@ -120,6 +120,29 @@ static int forge_live_slot(pid_t pid, uint64_t start_time, uint64_t used0)
     return idx;
 }
 
+static void test_with_every_slot_taken_a_new_process_cannot_allocate(void)
+{
+    pid_t kid = fork();
+    if (kid == 0) { /* a new process: no slot of its own yet; the parent is alive and stays so */
+        static int forged[GS_REGION_MAX_SLOTS];
+        int n = 0;
+        for (int i = 0; i < GS_REGION_MAX_SLOTS; i++) {
+            struct gs_region_slot *s = gs_region_slot_at(i);
+            if (s->pid == 0 && s->state == GS_SLOT_FREE) forged[n++] = forge_live_slot(getppid(), 0, 0);
+        }
+        int verdict = gs_account_reserve(0, 1 * MiB);
+        for (int k = 0; k < n; k++) { /* give the parent's later tests their slots back */
+            gs_region_slot_at(forged[k])->state = GS_SLOT_FREE;
+            gs_region_slot_at(forged[k])->pid = 0;
+        }
+        _exit(verdict == GS_OVER ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(kid, &status, 0);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "with all slots taken an allocation is refused, never passed through unaccounted");
+}
+
 static void test_a_reused_pid_with_another_start_time_is_dead(void)
 {
     pid_t kid = fork();
@@ -171,6 +194,7 @@ int main(int argc, char **argv)
     test_reserve_commit_release_respect_the_limit();
     test_concurrent_processes_never_overcommit();
     test_dead_processes_are_reclaimed();
+    test_with_every_slot_taken_a_new_process_cannot_allocate();
     test_a_reused_pid_with_another_start_time_is_dead();
     test_a_zombie_is_dead_because_its_memory_is_already_freed();
     test_a_foreign_file_is_refused(dir);
