@@ -20,9 +20,10 @@
 #include "region.h"
 
 static int gs_primary_refs[GS_REGION_MAX_DEVICES];
-static void gs_ctx_reconcile_resume(void);
 static uint64_t gs_primary_charge[GS_REGION_MAX_DEVICES];
 static pthread_mutex_t gs_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void gs_ctx_reconcile_resume(void); /* driver overhead, below */
 
 static int gs_ctx_dev_ok(CUdevice dev)
 {

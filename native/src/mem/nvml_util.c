@@ -73,12 +73,13 @@ int gs_nvml_processes(int cuda_dev, unsigned *pids, uint64_t *used, int max)
     nvmlProcessInfo_v2_t infos[GS_NVML_MAX_PROCS];
     unsigned int n = sizeof infos / sizeof infos[0];
     if (h == NULL || list == NULL || list(h, &n, infos) != NVML_SUCCESS) return -1;
-    int k = 0;
-    for (unsigned int i = 0; i < n && i < sizeof infos / sizeof infos[0] && k < max; i++, k++) {
-        pids[k] = infos[i].pid;
-        used[k] = infos[i].usedGpuMemory;
+    int count = (int)(n < GS_NVML_MAX_PROCS ? n : GS_NVML_MAX_PROCS);
+    if (count > max) count = max;
+    for (int i = 0; i < count; i++) {
+        pids[i] = infos[i].pid;
+        used[i] = infos[i].usedGpuMemory;
     }
-    return k;
+    return count;
 }
 
 /* Adopted NVML pid and the getpid() it belongs to (a forked child must not inherit it). */

@@ -6,13 +6,13 @@
 
 #include "nvml_types.h"
 
+#define GS_NVML_MAX_PROCS 128 /* processes read per device */
+
 /* Real NVML device used bytes for a CUDA ordinal. 0 ok, -1 unavailable. */
 int gs_nvml_cuda_device_used(int cuda_dev, uint64_t *used);
 /* This process's used bytes per NVML on a CUDA ordinal: 0 found, 1 not listed (no context
  * yet, or NVML reports pids of another pid namespace), -1 NVML unavailable. */
 int gs_nvml_self_used(int cuda_dev, uint64_t *used);
-#define GS_NVML_MAX_PROCS 128
-
 /* The pids NVML lists on a CUDA ordinal with their used bytes (at most max): count, -1 unavailable. */
 int gs_nvml_processes(int cuda_dev, unsigned *pids, uint64_t *used, int max);
 /* The pid NVML lists this process under: getpid(), or the one adopted for this process (in a
