@@ -46,6 +46,8 @@ TORCH_STEPS: list[tuple[str, dict[str, Any]]] = [
     ("matmul 1024 (cuBLAS workspace, lazily loaded kernels)",
      {"op": "work", "n": 1024, "graph": False}),
     ("mem_get_info after the work", {"op": "info"}),
+    ("CUDA graph that allocates 256 MiB (graph memory under cudaMallocAsync)",
+     {"op": "graph_alloc", "bytes": 256 * MiB}),
     ("empty_cache after freeing all", {"op": "free_all"}),
 ]
 

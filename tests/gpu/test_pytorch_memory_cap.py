@@ -77,3 +77,29 @@ def test_pytorch_runs_out_of_memory_at_the_cap_and_sees_the_cap_as_total(
     assert again["ok"], (
         f"after freeing everything, half the usable memory must be allocatable again: {again}")
     assert child.close() == 0, f"child exit status; stderr:\n{child.log()}"
+
+
+def test_graph_memory_is_charged_and_past_the_cap_blocks_every_later_allocation(
+        libgpuslice: Path, torch_available: None, nvml: Any, region_path: Path,
+        children: Callable[..., Any], record: Callable[..., None]) -> None:
+    # Under cudaMallocAsync a captured graph's allocation is graph memory, backed at replay from
+    # the device's graph pool: no allocation call to refuse. The library charges it after the
+    # fact (NVML per-process memory, re-read at synchronisations); this records by how much a
+    # replay can pass the cap and checks that nothing else gets in while it does.
+    cap = 4 * GiB
+    child = children(source_env(PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync"), api="torch",
+                     via_cli=["--gpu-memory", "4GiB", "--region", str(region_path)])
+    assert child.send(op="alloc", bytes=2 * GiB)["ok"]
+    graph = child.send(op="graph_alloc", bytes=1536 * MiB)
+    nvml_used = nvml_used_by_pid(nvml, child.pid)
+    accounted = accounted_by_pid(region_path, child.pid)
+    after = child.send(op="alloc", bytes=64 * MiB)
+    record("graph_memory_at_cap", cap=cap, graph=graph, nvml_used=nvml_used, accounted=accounted,
+           over_cap=None if nvml_used is None else nvml_used - cap, alloc_after=after)
+    assert nvml_used is not None and accounted is not None
+    assert abs(accounted - nvml_used) <= 2 * MiB + GRANULE, (
+        f"graph memory must be charged: accounted {accounted / MiB:.0f} MiB, NVML "
+        f"{nvml_used / MiB:.0f} MiB\n{child.log()}")
+    if nvml_used + 64 * MiB > cap:
+        assert not after["ok"] and after["error"] == "OutOfMemoryError", (
+            f"past the cap every later allocation must be refused: {after}")

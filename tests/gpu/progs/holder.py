@@ -5,7 +5,8 @@ PyTorch (`--api torch`, the caching allocator chosen by PYTORCH_CUDA_ALLOC_CONF)
 via ctypes on `libcuda.so.1` (`--api driver`: dlopen+dlsym, the path a dlsym hook must catch).
 Protocol: one JSON command per stdin line, one JSON reply per stdout line (first line: the
 `ready` reply with pid and mem_get_info). Commands: alloc, fill, free, free_all, trim, work
-(matmul + CUDA graph, torch only), info, exit.
+(matmul + CUDA graph, torch only), graph_alloc (a captured graph that allocates, torch only),
+info, exit.
 Failure: a CUDA error is a reply (`ok: false`, `error: <name>`), never an exit; bad commands exit 2.
 Runs on the device machine with only the stdlib and torch. Tests: tests/gpu/test_*.py
 """
@@ -189,6 +190,33 @@ class Holder:
                 count += 1
         return {"allocated": allocated, "count": count, "error": error}
 
+    def graph_alloc(self, size: int) -> int:
+        """Capture a CUDA graph that allocates a `size`-byte tensor it keeps as its output, replay
+        it, and hold both: under `backend:cudaMallocAsync` that tensor is graph memory (a memory
+        node backed by the device's graph pool), under the other allocators a private pool."""
+        if self.driver is not None:
+            raise ValueError("op=graph_alloc needs --api torch")
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up on a side stream, as graph capture requires
+            torch.empty(MiB, dtype=torch.uint8, device="cuda").fill_(1)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = torch.empty(size, dtype=torch.uint8, device="cuda")
+            out.fill_(7)
+        graph.replay()
+        torch.cuda.synchronize()
+        if int(out[-1]) != 7:
+            raise RuntimeError("graph replay did not write its output")
+        # memory outside allocations is re-read at most every 100 ms at a synchronisation
+        time.sleep(0.15)
+        torch.cuda.synchronize()
+        self.live[self.next_id] = ("graph", (graph, out), size)
+        self.next_id += 1
+        return self.next_id - 1
+
     def work(self, n: int, graph: bool) -> dict[str, Any]:
         """Real kernels under the library: an fp32 matmul (cuBLAS) checked against float64 on
         the CPU, and (graph=True) a CUDA graph captured and replayed (cuGraphLaunch). A CUDA
@@ -256,6 +284,13 @@ class Holder:
                 raise ValueError("op=trim needs --api driver")
             self.driver.trim(int(cmd.get("keep", 0)))
             return {"ok": True}
+        if op == "graph_alloc":
+            try:
+                ident = self.graph_alloc(int(cmd["bytes"]))
+            except RuntimeError as exc:
+                return {"ok": False, "error": type(exc).__name__,
+                        "message": str(exc).splitlines()[0][:300]}
+            return {"ok": True, "id": ident}
         if op == "work":
             result = self.work(int(cmd.get("n", 1024)), bool(cmd.get("graph", True)))
             return {"ok": "error" not in result, **result}
@@ -263,7 +298,7 @@ class Holder:
             free, total = self.mem_get_info()
             return {"ok": True, "free": free, "total": total}
         raise ValueError(f"op={op!r}: unknown command; use alloc, fill, free, free_all, trim, "
-                         "work, info or exit")
+                         "work, graph_alloc, info or exit")
 
 
 def main() -> int:
