@@ -7,8 +7,12 @@
  * which the kernel drops when a holder dies), so the fake's own accounting is exact.
  * Env: FAKE_CUDA_DEVICES (1), FAKE_CUDA_MEMORY_MIB (16384), FAKE_CUDA_CONTEXT_MIB (0: footprint of
  * each context), FAKE_CUDA_CONTEXT_UNLISTED_MIB (0: device memory each context also takes that NVML's
- * per-process list does not show, as on a real GPU), FAKE_CUDA_STATE (path), FAKE_CUDA_SM_COUNT (132), FAKE_CUDA_NS_PER_BLOCK (1000),
- * FAKE_CUDA_POOL_CHUNK_MIB (2), FAKE_CUDA_NAME, CUDA_VISIBLE_DEVICES (indices or UUIDs; NVML ignores it).
+ * per-process list does not show, as on a real GPU), FAKE_CUDA_CONTEXT_DELAY_MS (0: how long a
+ * context creation takes), FAKE_CUDA_LAZY_MIB (0: taken at a context's first launch, like lazily
+ * loaded modules), FAKE_NVML_PID_OFFSET (0: NVML lists pid + offset, as a driver that reports host
+ * pids to a container), FAKE_CUDA_STATE (path), FAKE_CUDA_SM_COUNT (132), FAKE_CUDA_NS_PER_BLOCK
+ * (1000), FAKE_CUDA_POOL_CHUNK_MIB (2), FAKE_CUDA_NAME, CUDA_VISIBLE_DEVICES (indices or UUIDs;
+ * NVML ignores it).
  * Tests: tests/native/ (they drive libgpuslice against this driver). */
 #ifndef GS_FAKE_H
 #define GS_FAKE_H
