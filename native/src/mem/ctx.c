@@ -10,9 +10,9 @@
  * device block. Without NVML nothing is charged (logged once). */
 #include <pthread.h>
 #include <string.h>
-#include <time.h>
 
 #include "init.h"
+#include "clock.h"
 #include "log.h"
 #include "mem/account.h"
 #include "mem/mem.h"
@@ -257,13 +257,6 @@ static uint64_t gs_overhead[GS_REGION_MAX_DEVICES];
 static uint64_t gs_reconcile_last[GS_REGION_MAX_DEVICES];
 enum { GS_RECONCILE_ON, GS_RECONCILE_NO_NVML, GS_RECONCILE_UNLISTED /* until a host pid is found */ };
 static int gs_reconcile_off;
-
-static uint64_t gs_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void gs_ctx_reconcile_resume(void)
 {

@@ -8,9 +8,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "region.h"
 
@@ -19,13 +19,6 @@
 static int gs_self = -1;
 static pthread_mutex_t gs_claim_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t gs_atfork_once = PTHREAD_ONCE_INIT;
-
-static uint64_t gs_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* State (field 3) and start time (field 22, clock ticks since boot) from /proc/<pid>/stat.
  * 0 ok, -1 unreadable. */
@@ -135,7 +128,7 @@ void gs_region_reclaim(int force)
 {
     struct gs_region_header *h = gs_region();
     if (h == NULL) return;
-    uint64_t now = gs_now_ns();
+    uint64_t now = gs_mono_ns();
     uint64_t last = __atomic_load_n(&h->last_reclaim_ns, __ATOMIC_ACQUIRE);
     if (!force && now - last < GS_RECLAIM_INTERVAL_NS && now >= last) return;
     if (!__atomic_compare_exchange_n(&h->last_reclaim_ns, &last, now, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
