@@ -49,15 +49,9 @@ static void gs_ctx_sample(int dev, int after, struct gs_ctx_sample *s)
     if (after) s->region = gs_account_total(dev);
     s->device = gs_nvml_cuda_device_used(dev, &v) == 0 ? v : UINT64_MAX;
     s->nprocs = gs_nvml_processes(dev, s->pids, s->procs_used, GS_NVML_MAX_PROCS);
-    s->self = 0;
-    s->listed = 0;
-    unsigned me = gs_nvml_self_pid();
-    for (int i = 0; i < s->nprocs; i++) {
-        if (s->pids[i] == me) {
-            s->self = s->procs_used[i];
-            s->listed = 1;
-        }
-    }
+    int i = gs_nvml_find_self(s->pids, s->nprocs);
+    s->listed = i >= 0;
+    s->self = i >= 0 ? s->procs_used[i] : 0;
     if (!after) s->region = gs_account_used(dev);
 }
 

@@ -99,20 +99,24 @@ void gs_nvml_adopt_pid(unsigned pid)
     __atomic_store_n(&gs_adopted_for, getpid(), __ATOMIC_RELEASE);
 }
 
+int gs_nvml_find_self(const unsigned *pids, int n)
+{
+    unsigned me = gs_nvml_self_pid();
+    for (int i = 0; i < n; i++)
+        if (pids[i] == me) return i;
+    return -1;
+}
+
 int gs_nvml_self_used(int cuda_dev, uint64_t *used)
 {
     unsigned pids[GS_NVML_MAX_PROCS];
     uint64_t bytes[GS_NVML_MAX_PROCS];
     int n = gs_nvml_processes(cuda_dev, pids, bytes, GS_NVML_MAX_PROCS);
     if (n < 0) return -1;
-    unsigned me = gs_nvml_self_pid();
-    for (int i = 0; i < n; i++) {
-        if (pids[i] == me) {
-            *used = bytes[i];
-            return 0;
-        }
-    }
-    return 1;
+    int i = gs_nvml_find_self(pids, n);
+    if (i < 0) return 1;
+    *used = bytes[i];
+    return 0;
 }
 
 int gs_visible_index(const char *cvd, const char *uuid, unsigned nvml_index)

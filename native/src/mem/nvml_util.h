@@ -18,6 +18,8 @@ int gs_nvml_processes(int cuda_dev, unsigned *pids, uint64_t *used, int max);
 /* The pid NVML lists this process under: getpid(), or the one adopted for this process (in a
  * pid namespace some drivers list host pids; src/mem/ctx.c finds ours when a context appears). */
 unsigned gs_nvml_self_pid(void);
+/* Index of this process (gs_nvml_self_pid) in a list from gs_nvml_processes, or -1. */
+int gs_nvml_find_self(const unsigned *pids, int n);
 void gs_nvml_adopt_pid(unsigned pid);
 /* CUDA ordinal of an NVML device as this container sees it, or -1 (not visible / unknown). */
 int gs_nvml_to_cuda(nvmlDevice_t device);
