@@ -4,12 +4,23 @@ GpusliceError
  ├── RequestError     a pod/container asks for something invalid (webhook denies with it)
  ├── CodecError       an annotation we own is malformed or of an unknown version
  ├── InputFileError   a cluster/trace/config file is malformed (names file and entry)
- └── ShimError        the in-container library or its region cannot be used
+ ├── ConfigError      a service's config file, env override or flag is invalid (names key)
+ ├── ShimError        the in-container library or its region cannot be used
+ └── EnvironmentProblem  the machine lacks what a command needs (NVIDIA driver, GPU, kubelet
+                      socket, API server at start-up): CLI exit code 3
 """
 
 from __future__ import annotations
 
-__all__ = ["CodecError", "GpusliceError", "InputFileError", "RequestError", "ShimError"]
+__all__ = [
+    "CodecError",
+    "ConfigError",
+    "EnvironmentProblem",
+    "GpusliceError",
+    "InputFileError",
+    "RequestError",
+    "ShimError",
+]
 
 
 class GpusliceError(Exception):
@@ -34,3 +45,11 @@ class InputFileError(GpusliceError):
 
 class ShimError(GpusliceError):
     """libgpuslice or its shared region is missing, mismatched or unreadable."""
+
+
+class ConfigError(GpusliceError):
+    """A service configuration is invalid: the message names the file or variable and the key."""
+
+
+class EnvironmentProblem(GpusliceError):
+    """Something outside gpuslice is missing or unreachable; the message says what to check."""
