@@ -1,14 +1,20 @@
-"""Build hook: compile native/ (libgpuslice.so) and ship it as gpuslice/_native/libgpuslice.so.
+"""Build hook: compile native/ (libgpuslice.so) where it can be built and ship it in the package.
 
-`pip install .` / `python -m build` run `make -C native` with zig (ziglang, a build requirement:
-glibc 2.17 target, so the wheel is manylinux2014) or the host cc when zig is unavailable (the
-wheel is then tagged linux_x86_64). Editable installs use native/build/ directly (see
-gpuslice.shim.library_path). Metadata lives in pyproject.toml.
+Two builds (docs/install.md "What `pip install` builds"):
+- plain (`pip install .`, `pip install -e .`): the host `cc`, so the library needs this machine's
+  glibc or newer. Where the CUDA headers (`$CUDA_INCLUDE`, else `$CUDA_HOME/include`, default
+  /usr/local/cuda) or `make`/`cc` are missing, the library is skipped with one line saying how
+  to build it later; everything pure Python (simulator, control plane) installs regardless.
+- release (`GPUSLICE_RELEASE=1`): `zig cc -target x86_64-linux-gnu.2.17` (the ziglang package
+  must be installed) for a manylinux2014 wheel; anything missing is an error, never a skip.
+The wheel copies the library into gpuslice/_native/; an editable install leaves it in
+native/build/, where gpuslice.shim.library_path finds it. Metadata lives in pyproject.toml.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -26,17 +32,54 @@ except ImportError:  # pragma: no cover
         bdist_wheel = None  # type: ignore[assignment,misc]
 
 ROOT = Path(__file__).resolve().parent
-HAVE_ZIG = importlib.util.find_spec("ziglang") is not None
+RELEASE = os.environ.get("GPUSLICE_RELEASE", "") not in ("", "0")
+SKIPPED_NOTE = "NOT-BUILT.txt"  # shipped instead of the library: why, and how to build it
+
+
+def cuda_include() -> Path:
+    """Where cuda.h is looked for: $CUDA_INCLUDE, else $CUDA_HOME/include (/usr/local/cuda)."""
+    inc = os.environ.get("CUDA_INCLUDE")
+    if inc:
+        return Path(inc)
+    return Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda") / "include"
+
+
+def missing_tools(inc: Path) -> str | None:
+    """Why the library cannot be built here (None: it can)."""
+    if not (inc / "cuda.h").is_file():
+        return f"no CUDA headers ({inc / 'cuda.h'} not found)"
+    if RELEASE and importlib.util.find_spec("ziglang") is None:
+        return "GPUSLICE_RELEASE=1 needs the ziglang package (pip install ziglang)"
+    for tool in ("make", os.environ.get("CC") or "cc"):
+        if not RELEASE and shutil.which(tool) is None:
+            return f"no `{tool}` on PATH"
+    return None
 
 
 class BuildWithNative(build_py):
-    """build_py + `make -C native`, copying the library into the package."""
+    """build_py + `make -C native`; the wheel gets the library in gpuslice/_native/."""
 
     def run(self) -> None:
         super().run()
-        zig = f"{sys.executable} -m ziglang" if HAVE_ZIG else ""
-        subprocess.run(["make", "-C", str(ROOT / "native"), f"ZIG={zig}"], check=True)
+        inc = cuda_include()
         target = Path(self.build_lib) / "gpuslice" / "_native"
+        why = missing_tools(inc)
+        if why is not None:
+            if RELEASE:
+                sys.exit(f"gpuslice release build: {why}")
+            line = (f"gpuslice: libgpuslice.so not built: {why}; everything else works; to build "
+                    "it: `make -C native CUDA_HOME=/path/to/cuda`, then reinstall (an editable "
+                    "install finds native/build/ at once)")
+            print(line, file=sys.stderr, flush=True)
+            if not getattr(self, "editable_mode", False):
+                target.mkdir(parents=True, exist_ok=True)
+                (target / SKIPPED_NOTE).write_text(line + "\n")
+            return
+        zig = f"{sys.executable} -m ziglang" if RELEASE else ""  # empty: the host cc
+        subprocess.run(["make", "-C", str(ROOT / "native"), f"ZIG={zig}",
+                        f"CUDA_INCLUDE={inc}", f"CUDA_INC={inc}"], check=True)
+        if getattr(self, "editable_mode", False):
+            return  # the checkout's native/build/ is where an editable install looks
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / "native" / "build" / "libgpuslice.so", target / "libgpuslice.so")
 
@@ -48,11 +91,9 @@ if bdist_wheel is not None:
         """The wheel holds a native library but no Python extension: py3-none-<platform>."""
 
         def get_tag(self) -> tuple[str, str, str]:
-            plat = "manylinux2014_x86_64" if HAVE_ZIG else "linux_x86_64"
-            return "py3", "none", plat
+            return "py3", "none", "manylinux2014_x86_64" if RELEASE else "linux_x86_64"
 
     commands["bdist_wheel"] = PlatformWheel
-
 
 
 class BinaryDistribution(Distribution):
