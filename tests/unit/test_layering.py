@@ -8,7 +8,7 @@ import textwrap
 
 BLOCKED = ("aiohttp", "lightkube", "grpc", "pynvml", "kopf", "kubernetes")
 CORE = ("gpuslice.model", "gpuslice.quantity", "gpuslice.dialects", "gpuslice.codec",
-        "gpuslice.errors")
+        "gpuslice.errors", "gpuslice.handoff")
 PACKAGES = ("gpuslice.allocator", "gpuslice.simulate")
 
 PROGRAM = textwrap.dedent("""
