@@ -1,0 +1,69 @@
+"""What every long-running service shares: JSON logs and the /healthz, /readyz, /metrics routes.
+
+Owns: the log line format (one JSON object per line: time, level, logger, msg, plus any
+`extra=` fields such as pod, node, gpu) and the three operational HTTP routes.
+Does not: define any metric (each service owns its registry) or serve TLS (the service does).
+Tests: tests/unit/test_ops.py
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+__all__ = ["JSONFormatter", "add_ops_routes", "setup_logging"]
+
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per record; extra fields passed with `extra=` are kept as keys."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+               + f".{int(record.msecs):03d}Z",
+               "level": record.levelname.lower(), "logger": record.name,
+               "msg": record.getMessage()}
+        out.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def setup_logging(level: str = "info", *, json_lines: bool = True) -> None:
+    """Configure the root logger once for a service (stderr)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JSONFormatter() if json_lines else
+                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def add_ops_routes(app: web.Application, *, ready: Callable[[], str | None],
+                   registry: CollectorRegistry) -> None:
+    """GET /healthz (the process answers), /readyz (200 when `ready()` returns None, else 503
+    with the reason it returned) and /metrics (Prometheus text from `registry`)."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        reason = ready()
+        if reason is None:
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text=f"not ready: {reason}\n")
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)

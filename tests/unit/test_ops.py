@@ -1,0 +1,37 @@
+"""The operational routes and the JSON log line every service shares."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry, Counter
+
+from gpuslice import ops
+
+
+async def test_health_ready_and_metrics_routes():
+    registry = CollectorRegistry()
+    Counter("gpuslice_test_total", "a test counter", registry=registry).inc()
+    state = {"reason": "cache not synced"}
+    app = web.Application()
+    ops.add_ops_routes(app, ready=lambda: state["reason"], registry=registry)
+    async with TestClient(TestServer(app)) as client:
+        assert (await client.get("/healthz")).status == 200
+        r = await client.get("/readyz")
+        assert r.status == 503 and "cache not synced" in await r.text()
+        state["reason"] = None
+        assert (await client.get("/readyz")).status == 200
+        text = await (await client.get("/metrics")).text()
+        assert "gpuslice_test_total 1.0" in text
+
+
+def test_log_lines_are_json_with_extra_fields():
+    record = logging.LogRecord("gpuslice.x", logging.WARNING, __file__, 1, "bound %s", ("p",),
+                               None)
+    record.pod = "ns/p"
+    line = json.loads(ops.JSONFormatter().format(record))
+    assert line["msg"] == "bound p" and line["level"] == "warning" and line["pod"] == "ns/p"
+    assert line["time"].endswith("Z")
