@@ -1,6 +1,6 @@
-/* Environment -> struct gs_config (see config.h). Pure: takes an env lookup function, so
- * tests/native/unit/test_config.c drives it with tables. Error text names the variable, the
- * value, what is wrong and the fix. */
+/* Environment -> struct gs_config (see config.h). Pure: takes an env lookup function and an
+ * environ-style list, so tests/native/unit/test_config.c drives it with tables. Error text names
+ * the variable, the value, what is wrong and the fix. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -106,6 +106,7 @@ static void gs_parse_memory(struct gs_config *c, gs_getenv_fn get)
     if (v != NULL && *v != '\0') {
         if (gs_parse_size(v, &all, err, sizeof err) != 0) gs_fail(c, "CUDA_DEVICE_MEMORY_LIMIT", v, err);
     }
+    c->mem_limit_default = all;
     for (int i = 0; i < GS_MAX_DEVICES; i++) {
         uint64_t one = 0;
         snprintf(name, sizeof name, "CUDA_DEVICE_MEMORY_LIMIT_%d", i);
@@ -115,6 +116,29 @@ static void gs_parse_memory(struct gs_config *c, gs_getenv_fn get)
         }
         c->mem_limit[i] = one ? one : all;
         if (c->mem_limit[i]) c->mem_limited = 1;
+    }
+}
+
+/* GPUSLICE_DEVICE_UUIDS=GPU-a,GPU-b,...: the container's GPUs in the node agent's order (as in
+ * NVIDIA_VISIBLE_DEVICES); CUDA_DEVICE_MEMORY_LIMIT_<i> then means the i-th of them. */
+static void gs_parse_device_uuids(struct gs_config *c, gs_getenv_fn get)
+{
+    const char *v = get("GPUSLICE_DEVICE_UUIDS");
+    if (v == NULL || *v == '\0') return;
+    const char *p = v;
+    for (int i = 0;; i++) {
+        size_t n = strcspn(p, ",");
+        int hex = n > 4 && strspn(p + 4, "0123456789abcdefABCDEF-") == n - 4;
+        if (i == GS_MAX_DEVICES || strncmp(p, "GPU-", 4) != 0 || !hex || n >= GS_UUID_LEN) {
+            gs_fail(c, "GPUSLICE_DEVICE_UUIDS", v, i == GS_MAX_DEVICES ? "more than 16 GPUs; the library caps at most 16"
+                    : "not a comma-separated list of GPU UUIDs (GPU-xxxxxxxx-...); it is set by the node agent");
+            c->device_uuid_count = 0;
+            return;
+        }
+        snprintf(c->device_uuids[i], GS_UUID_LEN, "%.*s", (int)n, p);
+        c->device_uuid_count = i + 1;
+        if (p[n] == '\0') return;
+        p += n + 1;
     }
 }
 
@@ -154,6 +178,7 @@ int gs_config_parse(struct gs_config *c, gs_getenv_fn get)
         else c->log_level = (int)x;
     }
     gs_parse_memory(c, get);
+    gs_parse_device_uuids(c, get);
     gs_parse_compute(c, get);
     v = get("CUDA_DEVICE_MEMORY_SHARED_CACHE");
     if (v != NULL && *v != '\0') {
@@ -161,9 +186,61 @@ int gs_config_parse(struct gs_config *c, gs_getenv_fn get)
             gs_fail(c, "CUDA_DEVICE_MEMORY_SHARED_CACHE", v, "path too long; use a path under 512 bytes");
         else snprintf(c->region_path, sizeof c->region_path, "%s", v);
     } else {
-        snprintf(c->region_path, sizeof c->region_path, "/tmp/gpuslice-%u.region", (unsigned)getuid());
+        snprintf(c->region_path, sizeof c->region_path, "/tmp/gpuslice.region"); /* one cap, whatever the uid */
     }
     return c->valid ? 0 : -1;
+}
+
+/* Every GPUSLICE_* name of the project: the library's own, and those other gpuslice tools read
+ * (they reach CUDA processes through inherited environments). Anything else with the prefix is a
+ * typo or a stale setting, and an error: a misspelt GPUSLICE_COMPUTE_MODE must not run in the
+ * default mode without a word. tests/native/unit/test_config_names.py keeps this list complete. */
+static const char *const gs_known_names[] = {
+    "GPUSLICE_COMPUTE_MODE", "GPUSLICE_BOARD_DIR", "GPUSLICE_DEVICE_UUIDS", /* the library */
+    "GPUSLICE_LIBRARY", "GPUSLICE_RELEASE",                               /* CLI, setup.py */
+    "GPUSLICE_GPU_RESULTS", "GPUSLICE_UPDATE_GOLDEN", "GPUSLICE_HYPOTHESIS_EXAMPLES", /* tests */
+};
+
+#define GS_LIMIT_PREFIX "CUDA_DEVICE_MEMORY_LIMIT_"
+
+/* "CUDA_DEVICE_MEMORY_LIMIT_<i>": i must be written as gs_parse_memory looks it up (decimal, no
+ * sign, no leading zero) and name a device the library can cap. */
+static void gs_check_limit_name(struct gs_config *c, const char *name, const char *value)
+{
+    const char *idx = name + strlen(GS_LIMIT_PREFIX);
+    char why[200];
+    size_t n = strspn(idx, "0123456789");
+    if (n == 0 || idx[n] != '\0' || (idx[0] == '0' && n > 1)) {
+        snprintf(why, sizeof why, "not a device index; use CUDA_DEVICE_MEMORY_LIMIT_<i> with i = 0..%d "
+                 "written without leading zeros, or CUDA_DEVICE_MEMORY_LIMIT for every device",
+                 GS_MAX_DEVICES - 1);
+        gs_fail(c, name, value, why);
+    } else if (n > 3 || atoi(idx) >= GS_MAX_DEVICES) {
+        snprintf(why, sizeof why, "device %.8s%s is beyond the %d devices the library caps; use an index "
+                 "0..%d", idx, n > 8 ? "..." : "", GS_MAX_DEVICES, GS_MAX_DEVICES - 1);
+        gs_fail(c, name, value, why);
+    }
+}
+
+void gs_config_check_names(struct gs_config *c, char *const *envp)
+{
+    for (; envp && *envp; envp++) {
+        const char *eq = strchr(*envp, '=');
+        char name[128];
+        if (eq == NULL) continue;
+        snprintf(name, sizeof name, "%.*s", (int)(eq - *envp), *envp);
+        if (strncmp(name, GS_LIMIT_PREFIX, strlen(GS_LIMIT_PREFIX)) == 0) {
+            gs_check_limit_name(c, name, eq + 1);
+        } else if (strncmp(name, "GPUSLICE_", 9) == 0) {
+            int known = 0;
+            for (size_t i = 0; i < sizeof gs_known_names / sizeof gs_known_names[0]; i++)
+                known |= strcmp(name, gs_known_names[i]) == 0;
+            if (!known)
+                gs_fail(c, name, eq + 1, "unknown gpuslice variable (a typo?); the library reads "
+                        "GPUSLICE_COMPUTE_MODE, GPUSLICE_BOARD_DIR and GPUSLICE_DEVICE_UUIDS: fix the "
+                        "name or unset it");
+        }
+    }
 }
 
 static struct gs_config gs_cfg;
@@ -176,7 +253,9 @@ static const char *gs_getenv(const char *name)
 
 static void gs_config_load(void)
 {
-    if (gs_config_parse(&gs_cfg, gs_getenv) != 0) {
+    gs_config_parse(&gs_cfg, gs_getenv);
+    gs_config_check_names(&gs_cfg, environ);
+    if (!gs_cfg.valid) {
         GS_ERROR("%s", gs_cfg.error);
         return;
     }

@@ -1,7 +1,7 @@
 /* Environment -> struct gs_config, read once (HAMi-core compatible names, DESIGN §3).
  * Owns: the strict size grammar and every env name; no CUDA, no region (unit-tested alone:
- * tests/native/unit/test_config.c). Invalid values are never defaulted: `valid` is 0, the
- * first error is logged once and cuInit returns CUDA_ERROR_INVALID_VALUE. */
+ * tests/native/unit/test_config.c). Invalid values and unrecognised names are never ignored:
+ * `valid` is 0, the first error is logged once and cuInit returns CUDA_ERROR_INVALID_VALUE. */
 #ifndef GS_CONFIG_H
 #define GS_CONFIG_H
 
@@ -10,6 +10,7 @@
 
 #define GS_MAX_DEVICES 16
 #define GS_PATH_MAX 512
+#define GS_UUID_LEN 64
 
 enum gs_compute_mode {
     GS_COMPUTE_HARD = 0,            /* never exceed sm_limit (default) */
@@ -23,7 +24,10 @@ struct gs_config {
     enum gs_compute_mode compute_mode;  /* GPUSLICE_COMPUTE_MODE=hard|work-conserving */
     int priority;                       /* CUDA_TASK_PRIORITY 0 (high, default) | 1 (low) */
     int log_level;                      /* LIBCUDA_LOG_LEVEL 0 error .. 4 debug; default 2 (warn) */
-    char region_path[GS_PATH_MAX];      /* CUDA_DEVICE_MEMORY_SHARED_CACHE or /tmp/gpuslice-<uid>.region */
+    uint64_t mem_limit_default;         /* CUDA_DEVICE_MEMORY_LIMIT: indexes without their own limit */
+    char device_uuids[GS_MAX_DEVICES][GS_UUID_LEN]; /* GPUSLICE_DEVICE_UUIDS: container index -> GPU */
+    int device_uuid_count;              /* 0: not set (index i = the i-th device a process sees) */
+    char region_path[GS_PATH_MAX];      /* CUDA_DEVICE_MEMORY_SHARED_CACHE or /tmp/gpuslice.region */
     int valid;                          /* 0: some variable was invalid, see error */
     char error[512];                    /* first problem: `NAME="value": what; fix` */
 };
@@ -33,6 +37,11 @@ typedef const char *(*gs_getenv_fn)(const char *name);
 
 /* Fill *out from the environment. Returns 0 if valid, -1 otherwise (out->error says why). */
 int gs_config_parse(struct gs_config *out, gs_getenv_fn get);
+
+/* Check the names of an environ-style list ("NAME=value"): a CUDA_DEVICE_MEMORY_LIMIT_<i> whose
+ * <i> is not a device index the library reads (_00, _O, _16 with 16 devices) and an unknown
+ * GPUSLICE_* name make the config invalid (the first problem goes to out->error). */
+void gs_config_check_names(struct gs_config *out, char *const *envp);
 
 /* Strict size grammar: [ws] DIGITS [k|K|Ki|KiB|m|M|Mi|MiB|g|G|Gi|GiB|t|T|Ti|TiB] [ws], binary
  * multiples; 0, overflow, signs, decimals and other suffixes are errors. Returns 0 or -1 with

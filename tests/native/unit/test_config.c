@@ -1,5 +1,6 @@
 /* Unit tests for native/src/config.c: the strict size grammar and env -> struct gs_config.
  * Built and run by test_native_unit.py (links config.c + log.c only; no CUDA). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,7 +76,8 @@ static void test_no_env_means_no_limits_and_the_default_region(void)
     EXPECT(gs_config_parse(&c, env_get) == 0, "an empty environment is valid");
     EXPECT(!c.mem_limited && c.sm_limit == 0 && c.priority == 0, "nothing set means nothing limited");
     EXPECT(c.compute_mode == GS_COMPUTE_HARD, "hard is the default compute mode");
-    EXPECT(strncmp(c.region_path, "/tmp/gpuslice-", 14) == 0, "default region is /tmp/gpuslice-<uid>.region, got %s",
+    EXPECT(strcmp(c.region_path, "/tmp/gpuslice.region") == 0, "default region has no uid in it (one cap for "
+           "every uid of a container), got %s",
            c.region_path);
 }
 
@@ -128,6 +130,51 @@ static void test_invalid_values_make_the_config_invalid_with_the_name_and_fix(vo
     }
 }
 
+static void test_unrecognised_limit_and_gpuslice_names_are_errors_naming_the_variable(void)
+{
+    static const char *bad[][2] = {
+        {"CUDA_DEVICE_MEMORY_LIMIT_00=1G", "CUDA_DEVICE_MEMORY_LIMIT_00=\"1G\": not a device index"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_O=1G", "CUDA_DEVICE_MEMORY_LIMIT_O=\"1G\": not a device index"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_=1G", "not a device index"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_-1=1G", "not a device index"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_1x=1G", "not a device index"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_99999999999999999999=1G", "beyond the"},
+        {"GPUSLICE_COMPUTE_MOD=hard", "GPUSLICE_COMPUTE_MOD=\"hard\": unknown gpuslice variable"},
+        {"GPUSLICE_=x", "unknown gpuslice variable"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct gs_config c;
+        char *envp[] = {"PATH=/bin", (char *)bad[i][0], NULL};
+        env_n = 0;
+        gs_config_parse(&c, env_get);
+        gs_config_check_names(&c, envp);
+        EXPECT(!c.valid, "%s must make the config invalid (never ignored)", bad[i][0]);
+        EXPECT(strstr(c.error, bad[i][1]) != NULL, "error should contain '%s', got '%s'", bad[i][1], c.error);
+    }
+    char beyond[64];
+    snprintf(beyond, sizeof beyond, "CUDA_DEVICE_MEMORY_LIMIT_%d=1G", GS_MAX_DEVICES);
+    struct gs_config c;
+    char *envp[] = {beyond, NULL};
+    gs_config_parse(&c, env_get);
+    gs_config_check_names(&c, envp);
+    EXPECT(!c.valid && strstr(c.error, "beyond the") != NULL, "%s is past the last device: %s", beyond, c.error);
+}
+
+static void test_known_names_and_other_prefixes_pass_the_name_check(void)
+{
+    char last[64];
+    snprintf(last, sizeof last, "CUDA_DEVICE_MEMORY_LIMIT_%d=1G", GS_MAX_DEVICES - 1);
+    char *envp[] = {"CUDA_DEVICE_MEMORY_LIMIT=1G", "CUDA_DEVICE_MEMORY_LIMIT_0=1G", last,
+                    "GPUSLICE_COMPUTE_MODE=hard", "GPUSLICE_BOARD_DIR=/b", "GPUSLICE_LIBRARY=/l",
+                    "CUDA_VISIBLE_DEVICES=0", "CUDA_DEVICE_MEMORY_LIMITS=x", "MY_GPUSLICE_X=1",
+                    "NO_EQUALS_SIGN", NULL};
+    struct gs_config c;
+    env_n = 0;
+    gs_config_parse(&c, env_get);
+    gs_config_check_names(&c, envp);
+    EXPECT(c.valid, "known names and names of other prefixes are fine, got '%s'", c.error);
+}
+
 int main(void)
 {
     test_sizes_follow_the_shared_grammar();
@@ -135,5 +182,7 @@ int main(void)
     test_per_device_limit_overrides_the_all_devices_limit();
     test_compute_settings_parse_and_100_percent_means_unlimited();
     test_invalid_values_make_the_config_invalid_with_the_name_and_fix();
+    test_unrecognised_limit_and_gpuslice_names_are_errors_naming_the_variable();
+    test_known_names_and_other_prefixes_pass_the_name_check();
     return check_report(__FILE__);
 }
