@@ -26,7 +26,11 @@ NATIVE = REPO / "native"
 LIB = NATIVE / "build" / "libgpuslice.so"
 FAKE_DIR = NATIVE / "build" / "fake"
 PROGS = Path(__file__).resolve().parent / "progs"
-CUDA_INCLUDE = "/usr/local/cuda/include"
+# The CUDA headers: $CUDA_INCLUDE, else $CUDA_HOME/include (default /usr/local/cuda), the same
+# two variables native/Makefile and native/fake/Makefile read (make sees them from the env).
+CUDA_INCLUDE = os.environ.get("CUDA_INCLUDE") or str(
+    Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda") / "include"
+)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 GRANULE = 2 * MiB  # cuMemAlloc granularity the library documents (and the fake charges)

@@ -19,7 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 NATIVE = ROOT / "native"
 HERE = Path(__file__).resolve().parent
-CUDA_INC = Path(os.environ.get("CUDA_INC", "/usr/local/cuda/include"))
+CUDA_INC = Path(os.environ.get("CUDA_INCLUDE")
+                or Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda") / "include")
 CC = os.environ.get("CC", "cc")
 
 pytestmark = pytest.mark.skipif(
