@@ -1,7 +1,8 @@
 """The `gpuslice` command: one click group, each command a thin adapter to a module.
 
-Exit codes: 0 ok, 1 user error (bad input), 2 usage, 3 environment (no driver/GPU/library).
-Errors print one `gpuslice: error: ...` line; `--debug` shows the traceback instead.
+Exit codes: 0 ok, 1 user error (bad input), 2 usage, 3 environment (no driver/GPU/library),
+127 `gpuslice run` of a missing program, 130 interrupted. Errors print `gpuslice: error: ...`
+lines (one per problem) with the fix; `--debug` shows the traceback instead.
 Tests: tests/unit/test_cli.py
 """
 
@@ -9,18 +10,35 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from gpuslice import __version__
-from gpuslice.errors import GpusliceError, ShimError
+from gpuslice.errors import GpusliceError, RequestError
 
 EXIT_USER, EXIT_USAGE, EXIT_ENV = 1, 2, 3
 
 
+def _fail(lines: str | list[str], code: int) -> NoReturn:
+    """Print each line as `gpuslice: error: ...` on stderr and exit with `code`."""
+    for line in (lines.splitlines() if isinstance(lines, str) else lines) or [""]:
+        click.echo(f"gpuslice: error: {line}", err=True)
+    sys.exit(code)
+
+
+def _usage_text(exc: click.ClickException) -> str:
+    """Click's message as one of our lines: lower-case start, and where to read more."""
+    text = exc.format_message().rstrip(".")
+    text = text[:1].lower() + text[1:]
+    ctx = getattr(exc, "ctx", None)
+    return f"{text}; see `{ctx.command_path} --help`" if ctx is not None else text
+
+
 class _Group(click.Group):
-    """Turns GpusliceError into one line on stderr with the right exit code."""
+    """The error contract of every command (docs/troubleshooting.md): a GpusliceError, a usage
+    error or an interrupt becomes `gpuslice: error: ...` lines and its exit code; commands added
+    to this group get it without doing anything."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -28,11 +46,25 @@ class _Group(click.Group):
         except GpusliceError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.echo(f"gpuslice: error: {exc}", err=True)
-            sys.exit(EXIT_ENV if isinstance(exc, ShimError) else EXIT_USER)
+            _fail(exc.problems if isinstance(exc, RequestError) else str(exc), exc.exit_code)
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:  # bare `gpuslice`: the help text
+            exc.show()
+            code = EXIT_USAGE
+        except click.ClickException as exc:
+            _fail(_usage_text(exc), EXIT_USAGE if isinstance(exc, click.UsageError)
+                  else exc.exit_code)
+        except click.Abort:
+            _fail("interrupted", 130)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("gpuslice", cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gpuslice")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
@@ -70,7 +102,8 @@ def simulate(cluster_file: str, trace_file: str, policies: tuple[str, ...], as_j
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--gpu-memory", help="Device-memory cap per GPU, e.g. 4GiB, 512Mi, 1073741824.")
+@click.option("--gpu-memory", help="Device-memory cap per GPU: 4GiB, 512Mi, or a bare number of "
+              "MiB (4096 = 4 GiB, as HAMi's nvidia.com/gpumem).")
 @click.option("--gpu-compute", type=click.IntRange(0, 100),
               help="Compute share in percent of one GPU (0 or 100 = no limit).")
 @click.option("--compute-mode", type=click.Choice(["hard", "work-conserving"]),
@@ -78,13 +111,18 @@ def simulate(cluster_file: str, trace_file: str, policies: tuple[str, ...], as_j
 @click.option("--region", type=click.Path(dir_okay=False),
               help="Shared region file; commands given the same file share one cap "
                    "(default: a private temporary region).")
+@click.option("--allow-uncapped", is_flag=True,
+              help="Run COMMAND even where no NVIDIA driver is found (nothing is then capped).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(gpu_memory: str | None, gpu_compute: int | None, compute_mode: str | None,
-        region: str | None, command: tuple[str, ...]) -> None:
-    """Run COMMAND with libgpuslice enforcing the given limits (no Kubernetes needed)."""
+        region: str | None, allow_uncapped: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND with libgpuslice enforcing the given limits (no Kubernetes needed).
+
+    Exits with COMMAND's status; 3 if there is no NVIDIA driver (see --allow-uncapped) or no
+    library, 127 if COMMAND does not exist. Signals to gpuslice are passed on to COMMAND."""
     sys.exit(_lazy("gpuslice.shim", "run_command")(
         command=list(command), gpu_memory=gpu_memory, gpu_compute=gpu_compute,
-        compute_mode=compute_mode, region=region))
+        compute_mode=compute_mode, region=region, allow_uncapped=allow_uncapped))
 
 
 @main.command()

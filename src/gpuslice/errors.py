@@ -6,25 +6,35 @@ GpusliceError
  ├── InputFileError   a cluster/trace/config file is malformed (names file and entry)
  ├── ConfigError      a service's config file, env override or flag is invalid (names key)
  ├── ShimError        the in-container library or its region cannot be used
- └── EnvironmentProblem  the machine lacks what a command needs (NVIDIA driver, GPU, kubelet
-                      socket, API server at start-up): CLI exit code 3
+ ├── EnvironmentProblem  the machine lacks what a command needs (NVIDIA driver, GPU, kubelet
+ │                    socket, API server at start-up): CLI exit code 3
+ └── CommandNotFound  `gpuslice run` was given a program that does not exist: exit 127, as a shell
+
+`exit_code` is what the CLI exits with (docs/troubleshooting.md): 1 bad input, 3 environment.
+A message may hold several lines (one problem each); the CLI prints each as its own error line.
 """
 
 from __future__ import annotations
 
+import sys
+
 __all__ = [
     "CodecError",
+    "CommandNotFound",
     "ConfigError",
     "EnvironmentProblem",
     "GpusliceError",
     "InputFileError",
     "RequestError",
     "ShimError",
+    "warn",
 ]
 
 
 class GpusliceError(Exception):
     """Base of every error gpuslice raises on purpose (never a bare traceback for users)."""
+
+    exit_code = 1
 
 
 class RequestError(GpusliceError):
@@ -46,6 +56,8 @@ class InputFileError(GpusliceError):
 class ShimError(GpusliceError):
     """libgpuslice or its shared region is missing, mismatched or unreadable."""
 
+    exit_code = 3
+
 
 class ConfigError(GpusliceError):
     """A service configuration is invalid: the message names the file or variable and the key."""
@@ -53,3 +65,16 @@ class ConfigError(GpusliceError):
 
 class EnvironmentProblem(GpusliceError):
     """Something outside gpuslice is missing or unreachable; the message says what to check."""
+
+    exit_code = 3
+
+
+class CommandNotFound(GpusliceError):
+    """The program to run does not exist or cannot be executed."""
+
+    exit_code = 127
+
+
+def warn(message: str) -> None:
+    """One `gpuslice: warning: ...` line on stderr: it works, but not as the user may think."""
+    print(f"gpuslice: warning: {message}", file=sys.stderr, flush=True)

@@ -19,16 +19,23 @@ from fractions import Fraction
 from gpuslice.errors import GpusliceError
 
 __all__ = [
+    "MAX_DIGITS",
+    "MAX_MEMORY_MIB",
     "MAX_MEMORY_SIZE",
     "QuantityError",
     "format_mib",
     "parse_int_quantity",
     "parse_memory_size",
+    "parse_mib_or_size",
     "parse_quantity",
 ]
 
 MAX_MEMORY_SIZE = 2**63 - 1
 """Largest memory size in bytes (what an int64 in the C shim holds)."""
+MAX_MEMORY_MIB = 1 << 20
+"""Largest bare-number cap on the command line, in MiB (1 TiB): more is a unit mix-up."""
+MAX_DIGITS = 1000
+"""Longest digit string a quantity may have (Python refuses to read ints past 4300 digits)."""
 
 _DECIMAL_SI = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _BINARY_SI = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
@@ -56,7 +63,10 @@ class QuantityError(GpusliceError, ValueError):
 
 
 def _fail(field: str, value: object, what: str, fix: str) -> QuantityError:
-    return QuantityError(f"{field}={value!r}: {what}; {fix}")
+    shown = repr(value)
+    if len(shown) > 80:  # a message stays one readable line, whatever was given
+        shown = shown[:77] + "..."
+    return QuantityError(f"{field}={shown}: {what}; {fix}")
 
 
 def parse_quantity(text: str | int | float, *, field: str = "quantity") -> Fraction:
@@ -85,11 +95,16 @@ def parse_quantity(text: str | int | float, *, field: str = "quantity") -> Fract
             '(n u m k M G T P E, Ki Mi Gi Ti Pi Ei, or e<exponent>), e.g. "1", "500m", "4Gi"',
         )
     digits = (m["int"] or "") + (m["frac"] or "")
+    if len(digits) > MAX_DIGITS:
+        raise _fail(field, text, f"{len(digits)} digits, more than {MAX_DIGITS}",
+                    'write a value of a sensible size, e.g. "4Gi"')
     value = Fraction(int(digits), 10 ** len(m["frac"] or ""))
     if m["bin"]:
         value *= 2 ** _BINARY_SI[m["bin"]]
     else:
-        exponent = int(m["exp"][1:]) if m["exp"] else _DECIMAL_SI[m["dec"]]
+        exp = m["exp"][1:].lstrip("+-").lstrip("0") if m["exp"] else ""
+        exponent = (_MAX_EXPONENT + 1 if len(exp) > 6 else int(m["exp"][1:])) if m["exp"] \
+            else _DECIMAL_SI[m["dec"]]
         if abs(exponent) > _MAX_EXPONENT:
             raise _fail(field, text, f"exponent beyond ±{_MAX_EXPONENT}",
                         "write a value of a sensible size, e.g. \"1e3\"")
@@ -133,7 +148,8 @@ def parse_memory_size(text: str, *, field: str = "size") -> int:
         else:
             fix = "use one of k/K/Ki/KiB, m/M/Mi/MiB, g/G/Gi/GiB, t/T/Ti/TiB (all binary)"
         raise _fail(field, text, f"unknown size suffix {suffix!r}", fix)
-    size = int(m["digits"]) << _MEMORY_SUFFIXES[suffix]
+    digits = m["digits"].lstrip("0") or "0"
+    size = int(digits) << _MEMORY_SUFFIXES[suffix] if len(digits) <= 20 else MAX_MEMORY_SIZE + 1
     if size == 0:
         raise _fail(field, text, "a size of 0 bytes allows nothing",
                     'give a positive size such as "4Gi" (unset the variable for no limit)')
@@ -141,6 +157,23 @@ def parse_memory_size(text: str, *, field: str = "size") -> int:
         raise _fail(field, text, f"larger than {MAX_MEMORY_SIZE} bytes (2**63-1)",
                     "give a smaller size")
     return size
+
+
+def parse_mib_or_size(text: str, *, field: str) -> int:
+    """Bytes from a command-line memory cap: a bare number is MiB (as HAMi's nvidia.com/gpumem),
+    anything else the size grammar of parse_memory_size ("4GiB", "512m")."""
+    digits = text.strip() if isinstance(text, str) else ""
+    if not (digits.isascii() and digits.isdigit()):
+        return parse_memory_size(text, field=field)
+    digits = digits.lstrip("0") or "0"
+    mib = int(digits) if len(digits) <= 20 else MAX_MEMORY_MIB + 1
+    if mib == 0:
+        raise _fail(field, text, "a cap of 0 MiB allows nothing", 'give a size such as "4GiB"')
+    if mib > MAX_MEMORY_MIB:
+        guess = f'; "{mib >> 20}" if you meant MiB' if mib % (1 << 20) == 0 else ""
+        raise _fail(field, text, "a bare number is MiB, and this is more than 1 TiB per GPU "
+                    "(bytes, perhaps?)", f'write a size with its unit, e.g. "4GiB"{guess}')
+    return mib << 20
 
 
 def format_mib(mib: int) -> str:

@@ -5,9 +5,10 @@ documented in docs/shim.md), `library_path()`, and the three CLI commands. Does 
 region (only the C library does) or enforce anything itself.
 Invariants: stdlib only at import time (runs with PYTHONPATH=src where msgspec is absent; click and
 rich are imported inside the commands); totals are derived from live slots, as the library does.
-Failure: ShimError (CLI exit 3) for a missing library or an unreadable/foreign region, QuantityError
-(exit 1) for a bad --gpu-memory. Tests: tests/unit/test_shim_py.py, tests/native/ (fake driver).
-"""
+Failure: ShimError (CLI exit 3) for a missing library or an unreadable/foreign region,
+EnvironmentProblem (exit 3) for no NVIDIA driver, QuantityError (exit 1) for a bad --gpu-memory,
+CommandNotFound (exit 127). Tests: tests/unit/test_shim_py.py, tests/unit/test_cli_run.py,
+tests/native/ (fake driver)."""
 
 from __future__ import annotations
 
@@ -15,18 +16,20 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuslice.errors import GpusliceError, ShimError
+from gpuslice.errors import CommandNotFound, EnvironmentProblem, GpusliceError, ShimError, warn
 
-__all__ = ["DeviceView", "ProcessView", "Region", "library_path", "run_command", "shim_command",
-           "top_command"]
+__all__ = ["DeviceView", "ProcessView", "Region", "driver_problem", "library_path", "run_command",
+           "shim_command", "top_command"]
 
 # ---- layout (native/include/gpuslice/region.h, GS_REGION_VERSION 1) ----
 MAGIC = 0x4543494C53555047  # b"GPUSLICE" little-endian
@@ -227,15 +230,40 @@ def library_path() -> Path:
     for c in candidates:
         if c.is_file():
             return c
-    raise ShimError("libgpuslice.so is not built or installed (looked in "
+    note = here / "_native" / "NOT-BUILT.txt"  # setup.py's reason, when it skipped the build
+    why = note.read_text().strip().removeprefix("gpuslice: ") + "; " if note.is_file() else ""
+    raise ShimError(f"{why}libgpuslice.so is not built or installed (looked in "
                     + ", ".join(str(c) for c in candidates)
-                    + "); run `make -C native` in a checkout or reinstall gpuslice")
+                    + "); build it with `make -C native CUDA_HOME=/path/to/cuda` in a checkout "
+                    "and reinstall, or set GPUSLICE_LIBRARY to the built file")
+
+
+SMALL_CAP = 64 << 20
+"""Below this a --gpu-memory cap is almost surely a mistake: a CUDA context alone takes more."""
 
 
 def _parse_memory(text: str) -> int:
-    from gpuslice.quantity import parse_memory_size
+    """Bytes from --gpu-memory (a bare number is MiB); warns when the cap is absurdly small."""
+    from gpuslice.quantity import format_mib, parse_mib_or_size
 
-    return parse_memory_size(text, field="--gpu-memory")
+    limit = parse_mib_or_size(text, field="--gpu-memory")
+    if limit < SMALL_CAP:
+        size = format_mib(limit >> 20) if limit % (1 << 20) == 0 else f"{limit} bytes"
+        warn(f"--gpu-memory {text} caps each GPU at {size}, below {SMALL_CAP >> 20} MiB: a CUDA "
+             "context alone takes about 300 MiB, so the command's first allocation will "
+             "likely fail; give e.g. 4GiB")
+    return limit
+
+
+def driver_problem() -> str | None:
+    """Why the NVIDIA driver (libcuda.so.1) cannot be loaded by this process, or None."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return str(exc)
+    return None
 
 
 def shim_env(*, library: Path, region: Path, gpu_memory: int | None, gpu_compute: int | None,
@@ -254,17 +282,87 @@ def shim_env(*, library: Path, region: Path, gpu_memory: int | None, gpu_compute
     return env
 
 
+def _check_region(region: Path) -> None:
+    """A --region path is usable: its directory exists, and an existing file is a region."""
+    if not region.parent.is_dir():
+        raise GpusliceError(f"--region {region}: directory {region.parent} does not exist; "
+                            "create it first or choose a path in an existing directory")
+    if region.is_file() and region.stat().st_size:
+        Region.read(region, check_alive=False)  # ShimError if it is another program's file
+
+
+# Signals `gpuslice run` passes on to its command (it then exits with the command's status).
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+              signal.SIGUSR2)
+
+
+def _terminal_sent(signum: int) -> bool:
+    """True for a SIGINT/SIGQUIT that a terminal sends to its whole foreground process group,
+    which the command (in our group) got already; forwarding would deliver it twice."""
+    if signum not in (signal.SIGINT, signal.SIGQUIT):
+        return False
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError):  # no terminal on stdin
+        return False
+
+
+def _wait(command: list[str], env: dict[str, str]) -> int:
+    """Start `command`, pass it the signals we get, and return its exit status (128 + signal
+    number if a signal killed it). Handlers go in first: a SIGTERM that arrives while the
+    command starts is delivered as soon as it runs, and never kills us before cleanup."""
+    proc: subprocess.Popen[bytes] | None = None
+    early: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        if _terminal_sent(signum):
+            return
+        if proc is None:
+            early.append(signum)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in _FORWARDED}
+    try:
+        try:
+            proc = subprocess.Popen(command, env=env)
+        except OSError as exc:
+            raise CommandNotFound(f"cannot start {command[0]}: {exc.strerror}; check the "
+                                  "path and that it is an executable") from None
+        for signum in early:
+            proc.send_signal(signum)
+        rc = proc.wait()
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    return 128 - rc if rc < 0 else rc
+
+
 def run_command(*, command: list[str], gpu_memory: str | None, gpu_compute: int | None,
-                compute_mode: str | None, region: str | None) -> int:
+                compute_mode: str | None, region: str | None, allow_uncapped: bool = False) -> int:
     """Run COMMAND under libgpuslice with the given limits; returns its exit status
-    (128 + signal number if it was killed by a signal, 127 if it could not be started)."""
+    (128 + signal number if it was killed by a signal). Errors before it starts: bad input
+    (exit 1), no driver or library (ShimError/EnvironmentProblem, exit 3), no such program
+    (CommandNotFound, exit 127). The temporary region is removed however the command ends."""
     limit = _parse_memory(gpu_memory) if gpu_memory is not None else None
-    lib = library_path()
     if not command:
         raise GpusliceError("no command given; usage: gpuslice run --gpu-memory 4GiB -- CMD [ARGS]")
-    exe = shutil.which(command[0])
-    if exe is None:
-        raise GpusliceError(f"command not found: {command[0]}; check PATH or give a full path")
+    if region is not None:
+        _check_region(Path(region))
+    if shutil.which(command[0]) is None:
+        raise CommandNotFound(f"command not found: {command[0]}; check PATH or give a full path")
+    no_driver = driver_problem()
+    if no_driver is not None:
+        if not allow_uncapped:
+            raise EnvironmentProblem(
+                f"no NVIDIA driver found (libcuda.so.1 not loadable: {no_driver}): nothing would "
+                "be capped; run on a machine or in a container with the NVIDIA driver, or pass "
+                "--allow-uncapped to run the command anyway")
+        warn("no NVIDIA driver found (libcuda.so.1 not loadable): running the command "
+             "uncapped, as --allow-uncapped asks")
+        return _wait(command, dict(os.environ))
+    lib = library_path()
     tmpdir = None
     if region is None:
         tmpdir = tempfile.mkdtemp(prefix="gpuslice-run-")
@@ -274,14 +372,7 @@ def run_command(*, command: list[str], gpu_memory: str | None, gpu_compute: int 
     env = shim_env(library=lib, region=region_path, gpu_memory=limit, gpu_compute=gpu_compute,
                    compute_mode=compute_mode)
     try:
-        proc = subprocess.Popen(command, env=env)
-        while True:
-            try:
-                rc = proc.wait()
-                break
-            except KeyboardInterrupt:  # the child got SIGINT too; wait for it to finish
-                continue
-        return 128 - rc if rc < 0 else rc
+        return _wait(command, env)
     finally:
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
@@ -318,6 +409,10 @@ def _render(region: Region) -> Any:
 def top_command(*, region: str | None, once: bool, as_json: bool) -> None:
     """Usage against limits per device and per process; refreshes every second until Ctrl-C."""
     path = Path(region) if region else default_region_path()
+    if not path.exists():
+        raise ShimError(f"region {path} does not exist yet: a region appears at the first CUDA "
+                        "call of a process under libgpuslice; start one (`gpuslice run --region "
+                        f"{path} -- CMD`) or pass the --region PATH it uses")
     if as_json:
         while True:
             print(json.dumps(Region.read(path).to_json()), flush=True)
