@@ -1,0 +1,389 @@
+"""What the node agent asks of the GPUs: a small Protocol, NVML behind it, and a fake for tests.
+
+Owns: `GPUBackend` (devices, per-GPU stats, per-process used memory, health events),
+`NvmlBackend` (nvidia-ml-py) and `FakeBackend` (`fake:N` or `fake:/path.yaml`, injectable at
+run time: XIDs, lost GPUs, processes), and `open_backend(spec)`.
+Does not: decide health (health.py), publish anything or keep state between calls.
+Failure: no driver / no GPU / NVML init error -> EnvironmentProblem (exit 3) saying what to
+check; a query a platform does not support (NUMA id in a VM, power on some boards) gives None,
+never an exception. A GPU that stops answering raises GPULost from stats()/processes().
+Tests: tests/unit/node/test_nvml_fake.py, tests/unit/node/test_nvml_real_errors.py,
+tests/gpu/test_node_agent_on_gpu.py
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+import yaml
+
+from gpuslice.errors import ConfigError, EnvironmentProblem
+
+__all__ = ["DeviceInfo", "DeviceStats", "FakeBackend", "GPUBackend", "GPULost", "HealthEvent",
+           "NvmlBackend", "ProcessUsage", "open_backend"]
+
+MiB = 1 << 20
+
+# XIDs caused by applications, not by the GPU (the NVIDIA device plugin skips the same ones).
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
+# SMs by model, for drivers where nvmlDeviceGetAttributes is Not Supported (longest match wins).
+SM_COUNTS = {"H200": 132, "H100 PCIe": 114, "H100 NVL": 132, "H100": 132, "H800": 132,
+             "GH200": 132, "B200": 148, "A100": 108, "A800": 108, "A30": 56, "A10": 72,
+             "A40": 84, "L40S": 142, "L40": 142, "L4": 58, "T4": 40, "V100": 80}
+
+
+class GPULost(Exception):
+    """The GPU no longer answers NVML (fallen off the bus, driver reset)."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A GPU as discovered at start: fixed facts only."""
+
+    index: int
+    uuid: str
+    model: str
+    memory_bytes: int
+    sm_count: int
+    numa_node: int | None = None
+    nvlink_peers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeviceStats:
+    """A GPU now; None where the platform does not report the value."""
+
+    memory_used: int
+    memory_total: int
+    utilisation: int | None = None  # percent
+    temperature: int | None = None  # degrees C
+    power_watts: float | None = None
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    pid: int  # as NVML lists it (host pid namespace)
+    used_bytes: int
+
+
+@dataclass(frozen=True)
+class HealthEvent:
+    """A critical event on one GPU (an XID the GPU caused)."""
+
+    uuid: str
+    xid: int
+
+
+class GPUBackend(Protocol):
+    def devices(self) -> tuple[DeviceInfo, ...]: ...
+
+    def stats(self, uuid: str) -> DeviceStats: ...
+
+    def processes(self, uuid: str) -> tuple[ProcessUsage, ...]: ...
+
+    def wait_events(self, timeout_s: float) -> list[HealthEvent]:
+        """Critical events since the last call, waiting up to timeout_s (blocking: run it in a
+        thread)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def open_backend(spec: str) -> GPUBackend:
+    """`nvml`, `fake:N` or `fake:/path.yaml` (the --gpu-backend flag)."""
+    if spec == "nvml":
+        return NvmlBackend()
+    if spec.startswith("fake:"):
+        arg = spec[5:]
+        if arg.isdigit():
+            return FakeBackend.with_count(int(arg))
+        return FakeBackend.from_file(arg)
+    raise ConfigError(f"--gpu-backend {spec!r}: unknown backend; use nvml, fake:N (N GPUs) or "
+                      "fake:/path/to/gpus.yaml")
+
+
+# ---------------------------------------------------------------- NVML
+
+def _optional(call: Any, *args: Any) -> Any:
+    """The value, or None when this platform does not support the query."""
+    import pynvml
+
+    try:
+        return call(*args)
+    except pynvml.NVMLError as exc:
+        if exc.value in (pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_UNINITIALIZED):
+            raise GPULost(str(exc)) from None
+        return None
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _sm_count_from_model(name: str) -> int:
+    best = max((k for k in SM_COUNTS if k in name), key=len, default=None)
+    return SM_COUNTS[best] if best else 0
+
+
+class NvmlBackend:
+    """The real GPUs through nvidia-ml-py (pynvml)."""
+
+    def __init__(self) -> None:
+        try:
+            import pynvml
+        except ImportError:
+            raise EnvironmentProblem("nvidia-ml-py (pynvml) is not installed; reinstall gpuslice "
+                                     "with its dependencies") from None
+        self._nvml = pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise EnvironmentProblem(
+                f"NVML cannot start: {exc}; check that the NVIDIA driver is installed on this node "
+                "(nvidia-smi works), that the agent's container gets libnvidia-ml.so.1 (NVIDIA "
+                "container runtime, or mount the driver), and that this is a GPU node (else keep "
+                "the DaemonSet off it with a nodeSelector)") from None
+        count = pynvml.nvmlDeviceGetCount()
+        if count == 0:
+            pynvml.nvmlShutdown()
+            raise EnvironmentProblem("NVML sees no GPU on this node; check `nvidia-smi -L` and "
+                                     "that the agent's container is given the GPUs "
+                                     "(privileged or NVIDIA_VISIBLE_DEVICES=all)")
+        self._handles: dict[str, Any] = {}
+        self._devices = tuple(self._discover(i) for i in range(count))
+        self._events: Any = None
+        self._lock = threading.Lock()
+
+    def _discover(self, index: int) -> DeviceInfo:
+        n = self._nvml
+        h = n.nvmlDeviceGetHandleByIndex(index)
+        uuid = _text(n.nvmlDeviceGetUUID(h))
+        self._handles[uuid] = h
+        model = _text(n.nvmlDeviceGetName(h))
+        attrs = _optional(n.nvmlDeviceGetAttributes, h)
+        sms = getattr(attrs, "multiprocessorCount", 0) or _sm_count_from_model(model)
+        return DeviceInfo(index=index, uuid=uuid, model=model,
+                          memory_bytes=n.nvmlDeviceGetMemoryInfo(h).total, sm_count=int(sms),
+                          numa_node=_optional(n.nvmlDeviceGetNumaNodeId, h),
+                          nvlink_peers=self._peers(h))
+
+    def _peers(self, h: Any) -> tuple[str, ...]:
+        """Bus ids of active NVLink peers (resolved to UUIDs once all GPUs are known)."""
+        n = self._nvml
+        buses = []
+        for link in range(getattr(n, "NVML_NVLINK_MAX_LINKS", 18)):
+            if _optional(n.nvmlDeviceGetNvLinkState, h, link) != 1:
+                continue
+            pci = _optional(n.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
+            if pci is not None:
+                buses.append(_text(pci.busId).lower())
+        return tuple(dict.fromkeys(buses))
+
+    def devices(self) -> tuple[DeviceInfo, ...]:
+        n = self._nvml
+        by_bus = {_text(n.nvmlDeviceGetPciInfo(h).busId).lower(): u
+                  for u, h in self._handles.items()}
+        return tuple(replace(d, nvlink_peers=tuple(by_bus[b] for b in d.nvlink_peers
+                                                   if b in by_bus and by_bus[b] != d.uuid))
+                     for d in self._devices)
+
+    def _handle(self, uuid: str) -> Any:
+        try:
+            return self._handles[uuid]
+        except KeyError:
+            raise GPULost(f"{uuid}: not a GPU of this node") from None
+
+    def stats(self, uuid: str) -> DeviceStats:
+        n, h = self._nvml, self._handle(uuid)
+        mem = _optional(n.nvmlDeviceGetMemoryInfo, h)
+        if mem is None:
+            raise GPULost(f"{uuid}: memory info unavailable")
+        util = _optional(n.nvmlDeviceGetUtilizationRates, h)
+        power = _optional(n.nvmlDeviceGetPowerUsage, h)
+        return DeviceStats(
+            memory_used=mem.used, memory_total=mem.total,
+            utilisation=util.gpu if util is not None else None,
+            temperature=_optional(n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU),
+            power_watts=power / 1000 if power is not None else None)
+
+    def processes(self, uuid: str) -> tuple[ProcessUsage, ...]:
+        n, h = self._nvml, self._handle(uuid)
+        procs = _optional(n.nvmlDeviceGetComputeRunningProcesses, h)
+        if procs is None:
+            raise GPULost(f"{uuid}: process list unavailable")
+        return tuple(ProcessUsage(pid=p.pid, used_bytes=p.usedGpuMemory or 0) for p in procs)
+
+    def wait_events(self, timeout_s: float) -> list[HealthEvent]:
+        n = self._nvml
+        with self._lock:
+            if self._events is None:
+                self._events = n.nvmlEventSetCreate()
+                for h in self._handles.values():  # not every GPU supports events: skip those
+                    _optional(n.nvmlDeviceRegisterEvents, h, n.nvmlEventTypeXidCriticalError,
+                              self._events)
+        try:
+            data = n.nvmlEventSetWait_v2(self._events, int(timeout_s * 1000))
+        except n.NVMLError as exc:
+            if exc.value != n.NVML_ERROR_TIMEOUT:
+                time.sleep(timeout_s)  # events unsupported: health falls back to polling
+            return []
+        xid = int(data.eventData)
+        if xid in APPLICATION_XIDS:
+            return []
+        uuid = _text(_optional(n.nvmlDeviceGetUUID, data.device) or "")
+        return [HealthEvent(uuid=uuid, xid=xid)] if uuid in self._handles else []
+
+    def close(self) -> None:
+        if self._events is not None:
+            _optional(self._nvml.nvmlEventSetFree, self._events)
+        self._nvml.nvmlShutdown()
+
+
+# ---------------------------------------------------------------- fake
+
+class _FakeProcess(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pid: int
+    used_mib: int = msgspec.field(name="usedMiB", default=0)
+
+
+class _FakeGPU(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    uuid: str
+    model: str = "NVIDIA Fake GPU"
+    memory_mib: int = msgspec.field(name="memoryMiB", default=16384)
+    sm_count: int = msgspec.field(name="smCount", default=80)
+    numa_node: int | None = msgspec.field(name="numaNode", default=None)
+    nvlink_peers: list[str] = msgspec.field(name="nvlinkPeers", default_factory=list)
+    utilisation: int = 0
+    temperature: int = 40
+    power_watts: float = msgspec.field(name="powerWatts", default=60.0)
+    lost: bool = False
+    processes: list[_FakeProcess] = msgspec.field(default_factory=list)
+
+
+class _FakeXid(msgspec.Struct, forbid_unknown_fields=True):
+    uuid: str
+    xid: int
+
+
+class _FakeFile(msgspec.Struct, forbid_unknown_fields=True):
+    gpus: list[_FakeGPU]
+    xids: list[_FakeXid] = msgspec.field(default_factory=list)
+
+
+def fake_uuid(i: int) -> str:
+    return f"GPU-00000000-0000-4000-8000-{i:012d}"
+
+
+@dataclass
+class FakeBackend:
+    """GPUs from a list (tests) or a YAML file re-read when it changes (XIDs appended to the
+    file's `xids:` list are delivered once each), so a test can inject faults into a running
+    agent, in-process (inject_xid, set_lost, set_processes) or from outside (edit the file)."""
+
+    gpus: list[_FakeGPU]
+    path: Path | None = None
+    _mtime: float = 0.0
+    _xids_seen: int = 0
+    _queue: list[HealthEvent] = field(default_factory=list)
+    _wake: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def with_count(cls, count: int, *, memory_mib: int = 16384) -> FakeBackend:
+        if not 1 <= count <= 64:
+            raise ConfigError(f"--gpu-backend fake:{count}: use 1..64 GPUs")
+        return cls([_FakeGPU(uuid=fake_uuid(i), memory_mib=memory_mib) for i in range(count)])
+
+    @classmethod
+    def from_file(cls, path: str) -> FakeBackend:
+        fake = cls([], path=Path(path))
+        fake._reload(force=True)
+        fake._xids_seen = 0
+        return fake
+
+    def _reload(self, force: bool = False) -> None:
+        if self.path is None:
+            return
+        try:
+            mtime = os.stat(self.path).st_mtime_ns
+            if not force and mtime == self._mtime:
+                return
+            data = yaml.safe_load(self.path.read_text())
+            parsed = msgspec.convert(data, _FakeFile)
+        except (OSError, yaml.YAMLError, msgspec.ValidationError) as exc:
+            if force:
+                raise ConfigError(f"--gpu-backend fake:{self.path}: {exc}; fix the file (keys: "
+                                  "gpus[].uuid/model/memoryMiB/smCount/numaNode/nvlinkPeers/"
+                                  "utilisation/temperature/powerWatts/lost/processes, "
+                                  "xids[].uuid/xid)") from None
+            return  # a half-written file during a test's edit: keep the last good state
+        if not parsed.gpus:
+            raise ConfigError(f"--gpu-backend fake:{self.path}: no gpus listed")
+        self._mtime = mtime
+        if self.gpus and [g.uuid for g in self.gpus] != [g.uuid for g in parsed.gpus]:
+            return  # GPUs do not come and go while running; only their state changes
+        self.gpus = parsed.gpus
+        for x in parsed.xids[self._xids_seen:]:
+            self._queue.append(HealthEvent(uuid=x.uuid, xid=x.xid))
+        self._xids_seen = max(self._xids_seen, len(parsed.xids))
+
+    def _gpu(self, uuid: str) -> _FakeGPU:
+        self._reload()
+        for g in self.gpus:
+            if g.uuid == uuid:
+                if g.lost:
+                    raise GPULost(f"{uuid}: GPU is lost")
+                return g
+        raise GPULost(f"{uuid}: not a GPU of this node")
+
+    def devices(self) -> tuple[DeviceInfo, ...]:
+        return tuple(DeviceInfo(index=i, uuid=g.uuid, model=g.model,
+                                memory_bytes=g.memory_mib * MiB, sm_count=g.sm_count,
+                                numa_node=g.numa_node, nvlink_peers=tuple(g.nvlink_peers))
+                     for i, g in enumerate(self.gpus))
+
+    def stats(self, uuid: str) -> DeviceStats:
+        g = self._gpu(uuid)
+        return DeviceStats(memory_used=sum(p.used_mib for p in g.processes) * MiB,
+                           memory_total=g.memory_mib * MiB, utilisation=g.utilisation,
+                           temperature=g.temperature, power_watts=g.power_watts)
+
+    def processes(self, uuid: str) -> tuple[ProcessUsage, ...]:
+        return tuple(ProcessUsage(pid=p.pid, used_bytes=p.used_mib * MiB)
+                     for p in self._gpu(uuid).processes)
+
+    def wait_events(self, timeout_s: float) -> list[HealthEvent]:
+        self._reload()
+        if not self._queue:
+            self._wake.wait(timeout_s)
+            self._wake.clear()
+            self._reload()
+        out, self._queue = self._queue, []
+        return [e for e in out if e.xid not in APPLICATION_XIDS]
+
+    # -- run-time injection for in-process tests
+    def inject_xid(self, uuid: str, xid: int) -> None:
+        self._queue.append(HealthEvent(uuid=uuid, xid=xid))
+        self._wake.set()
+
+    def set_lost(self, uuid: str, lost: bool) -> None:
+        self.gpus = [replace_struct(g, lost=lost) if g.uuid == uuid else g for g in self.gpus]
+        self._wake.set()
+
+    def set_processes(self, uuid: str, procs: dict[int, int]) -> None:
+        """pid -> used bytes on that GPU (rounded down to MiB)."""
+        new = [_FakeProcess(pid=p, used_mib=b // MiB) for p, b in procs.items()]
+        self.gpus = [replace_struct(g, processes=new) if g.uuid == uuid else g for g in self.gpus]
+
+    def close(self) -> None:
+        self._wake.set()
+
+
+def replace_struct(s: Any, **changes: Any) -> Any:
+    return msgspec.structs.replace(s, **changes)
