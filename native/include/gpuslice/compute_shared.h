@@ -15,7 +15,10 @@
 #define GS_COMPUTE_PROC_BYTES 64
 
 /* Per device: the container's GPU-time budget, shared by all its processes.
- * Times are CLOCK_MONOTONIC nanoseconds (host-wide), GPU time in nanoseconds. */
+ * Times are CLOCK_MONOTONIC nanoseconds of the host (a time namespace's offset taken out), GPU
+ * time in nanoseconds. Times from another boot (boot_id differs) or further ahead than any debt
+ * can reach are treated as reset (compute/budget.h), so a region that outlives a reboot or a
+ * restore never stalls launches. */
 struct gs_compute_device {
     _Atomic uint64_t tat_ns;          /* 0: budget: time at which the bucket is empty again */
     _Atomic uint32_t limit_pct;       /* 8: limit the bucket runs at (informational) */
@@ -28,7 +31,8 @@ struct gs_compute_device {
     _Atomic uint64_t tenant_id;       /* 56: random id naming this container on the node board */
     _Atomic uint64_t last_demand_ns;  /* 64: last launch or throttle of any process */
     _Atomic uint64_t corrected_ns;    /* 72: other contexts' time slices taken out of batches */
-    uint8_t reserved[GS_COMPUTE_DEVICE_BYTES - 80];
+    _Atomic uint64_t boot_id;         /* 80: boot the stored times belong to (hash, 0 = none yet) */
+    uint8_t reserved[GS_COMPUTE_DEVICE_BYTES - 88];
 };
 
 /* Per process slot: what this process consumed and waited (metrics; nothing to reclaim). */
@@ -47,6 +51,7 @@ _Static_assert(sizeof(struct gs_compute_proc) == GS_COMPUTE_PROC_BYTES, "region 
 _Static_assert(offsetof(struct gs_compute_device, busy_ns) == 16, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, last_demand_ns) == 64, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, corrected_ns) == 72, "region layout");
+_Static_assert(offsetof(struct gs_compute_device, boot_id) == 80, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, inflight_ns) == 32, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, last_launch_ns) == 40, "region layout");
 

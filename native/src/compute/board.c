@@ -15,6 +15,14 @@ int gs_board_format(struct gs_board *b)
     return memcmp(b->magic, GS_BOARD_MAGIC, 8) == 0 && b->version == 1 ? 0 : -1;
 }
 
+/* How long ago a slot beat. A beat further in the future than GS_BOARD_FRESH_NS was written on
+ * another clock (a board from before a reboot, a restored checkpoint): infinitely old, so it
+ * neither counts as demand nor keeps its slot. */
+static int64_t gs_board_age(int64_t now, int64_t beat)
+{
+    return beat - now > GS_BOARD_FRESH_NS ? INT64_MAX : now - beat;
+}
+
 void gs_board_client_init(struct gs_board_client *c, struct gs_board *board, uint64_t token,
                           uint64_t tenant_id, int priority, int pct, int mode, int pid)
 {
@@ -37,7 +45,7 @@ static int gs_board_claim(struct gs_board_client *c, int64_t now)
             struct gs_board_slot *s = &c->board->slot[i];
             uint64_t owner = atomic_load(&s->owner);
             int64_t beat = (int64_t)atomic_load(&s->heartbeat_ns);
-            int usable = pass == 0 ? owner == 0 : now - beat > GS_BOARD_STALE_NS;
+            int usable = pass == 0 ? owner == 0 : gs_board_age(now, beat) > GS_BOARD_STALE_NS;
             if (!usable || !atomic_compare_exchange_strong(&s->owner, &owner, c->token))
                 continue;
             atomic_store(&s->tenant_id, c->tenant_id);
@@ -62,7 +70,7 @@ static void gs_board_read(struct gs_board_client *c, int64_t now)
             atomic_load_explicit(&s->tenant_id, memory_order_relaxed) == c->tenant_id)
             continue;
         int64_t beat = (int64_t)atomic_load_explicit(&s->heartbeat_ns, memory_order_relaxed);
-        if (now - beat >= GS_BOARD_FRESH_NS)
+        if (gs_board_age(now, beat) >= GS_BOARD_FRESH_NS)
             continue;
         o.busy_ns += atomic_load_explicit(&s->busy_ns, memory_order_relaxed);
         if (atomic_load_explicit(&s->priority, memory_order_relaxed) == 0)

@@ -5,7 +5,8 @@
  * launches or waits to launch; "another tenant has work" = a slot of another tenant_id
  * with a heartbeat younger than GS_BOARD_FRESH_NS. A slot also publishes its process's charged
  * GPU ns (compute/clean.h bounds its time-slice correction by what the others used). Stale slots (GS_BOARD_STALE_NS) are
- * taken over by CAS, so dead processes (any pid namespace) vanish without cleanup.
+ * taken over by CAS, so dead processes (any pid namespace) vanish without cleanup; so are slots
+ * whose heartbeat lies in the future (another boot's or clock's), which never count as demand.
  * Does not: open files (board_file.c) or decide borrowing (budget.c). Pure given `now`.
  * Tests: tests/native/compute/test_controller.py (work-conserving cases). */
 #ifndef GS_COMPUTE_BOARD_H

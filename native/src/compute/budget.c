@@ -3,10 +3,17 @@
 
 #include <stdatomic.h>
 
+/* The stored tat as this clock may use it: one no debit could have written (beyond the
+ * horizon) is another clock's, read as "bucket full". */
+static int64_t gs_budget_tat(uint64_t tat, int64_t now)
+{
+    return (int64_t)tat > now + GS_BUDGET_HORIZON_NS ? 0 : (int64_t)tat;
+}
+
 static int64_t gs_budget_base(uint64_t tat, int64_t now)
 {
-    int64_t floor = now - GS_BUDGET_WINDOW_NS;
-    return (int64_t)tat > floor ? (int64_t)tat : floor;
+    int64_t floor = now - GS_BUDGET_WINDOW_NS, t = gs_budget_tat(tat, now);
+    return t > floor ? t : floor;
 }
 
 int64_t gs_budget_wait_ns(struct gs_compute_device *d, int pct, int64_t now, int64_t inflight_ns)
@@ -29,7 +36,7 @@ void gs_budget_debit(struct gs_compute_device *d, int pct, int64_t now, int64_t 
             next = now + GS_BUDGET_MAX_STALL_NS;
         if (borrowing && next > now)
             next = now;
-        if ((int64_t)old >= next && borrowing)
+        if (gs_budget_tat(old, now) >= next && borrowing)
             return; /* another process already moved it further; never move it back */
         if (atomic_compare_exchange_weak_explicit(&d->tat_ns, &old, (uint64_t)next,
                                                   memory_order_acq_rel, memory_order_acquire))

@@ -4,7 +4,9 @@
  * Does not: measure anything (meter.c), sleep, or touch CUDA. Pure; every function takes
  * `now` (CLOCK_MONOTONIC ns) so tests drive it with a fake clock.
  * Invariants: tat only moves by CAS; debt is capped at GS_BUDGET_MAX_STALL_NS of wall time
- * (a kernel longer than the window is paid back, but never stalls a process for ever).
+ * (a kernel longer than the window is paid back, but never stalls a process for ever); a stored
+ * tat beyond now + GS_BUDGET_HORIZON_NS cannot come from this clock (another boot, a time
+ * namespace, a restored checkpoint) and counts as a full bucket, overwritten at the next debit.
  * Tests: tests/native/compute/test_controller.py (via the simulator library). */
 #ifndef GS_COMPUTE_BUDGET_H
 #define GS_COMPUTE_BUDGET_H
@@ -15,6 +17,9 @@
 
 #define GS_BUDGET_WINDOW_NS (50LL * 1000 * 1000)      /* burst allowance: 50 ms of wall time */
 #define GS_BUDGET_MAX_STALL_NS (10LL * 1000 * 1000 * 1000) /* longest wait a debt can cause */
+/* A stored tat further ahead than this was not written on this clock (1 s of slack: the writer
+ * may have read its clock after ours). */
+#define GS_BUDGET_HORIZON_NS (GS_BUDGET_MAX_STALL_NS + 1000LL * 1000 * 1000)
 
 /* Wall-time cost of `gpu_ns` of GPU work at `pct` percent (pct in 1..99). */
 static inline int64_t gs_budget_wall_cost(int64_t gpu_ns, int pct)

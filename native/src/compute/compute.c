@@ -31,12 +31,59 @@ static struct {
     pthread_mutex_t mu;            /* creation of table entries */
     struct gs_cmeter *table[GS_COMPUTE_CONTEXTS];
     struct gs_board *boards[GS_MAX_DEVICES];
-    uint64_t token;
+    int board_broken[GS_MAX_DEVICES]; /* set by the truncation guard */
+    uint64_t token, boot_id;
+    int64_t timens_ns;             /* subtracted from CLOCK_MONOTONIC: the host's clock */
 } gs_c = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 int64_t gs_compute_now_ns(void)
 {
-    return (int64_t)gs_mono_ns();
+    return (int64_t)gs_mono_ns() - gs_c.timens_ns;
+}
+
+/* This time namespace's CLOCK_MONOTONIC offset (ns; 0 outside one or where the file is
+ * missing): taken out of every stored time, so containers of one host compare their budget and
+ * board times on the host's clock whatever namespace they run in. */
+static int64_t gs_compute_timens_offset(void)
+{
+    FILE *f = fopen("/proc/self/timens_offsets", "re");
+    char clock[32];
+    long long sec, nsec;
+    int64_t off = 0;
+    while (f && fscanf(f, "%31s %lld %lld", clock, &sec, &nsec) == 3)
+        if (strcmp(clock, "monotonic") == 0 || strcmp(clock, "1") == 0) /* name, or clock id */
+            off = (int64_t)sec * 1000000000LL + nsec;
+    if (f)
+        fclose(f);
+    return off;
+}
+
+/* A hash of this boot's id (never 0; 1 if unreadable): stored times of another boot are void. */
+static uint64_t gs_compute_boot_id(void)
+{
+    char text[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (f) {
+        if (!fgets(text, sizeof text, f))
+            text[0] = '\0';
+        fclose(f);
+    }
+    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
+    for (const char *p = text; *p && *p != '\n'; p++)
+        h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+    return h > 1 ? h : 1;
+}
+
+/* A budget whose times belong to another boot (a region file that outlived a reboot) starts
+ * full; the first process of this boot to attach resets it, later ones see the new id. */
+static void gs_compute_adopt_boot(struct gs_compute_device *blk)
+{
+    uint64_t seen = atomic_load(&blk->boot_id);
+    if (seen == gs_c.boot_id || !atomic_compare_exchange_strong(&blk->boot_id, &seen, gs_c.boot_id))
+        return;
+    atomic_store(&blk->tat_ns, 0);
+    if (seen != 0)
+        GS_INFO("compute: budget state from another boot reset");
 }
 
 static uint64_t gs_compute_random(void)
@@ -73,6 +120,8 @@ int gs_compute_init(void)
     gs_c.work_conserving = mode == GS_COMPUTE_WORK_CONSERVING;
     gs_c.priority = cfg->priority;
     gs_c.token = gs_compute_random();
+    gs_c.boot_id = gs_compute_boot_id();
+    gs_c.timens_ns = gs_compute_timens_offset();
     const char *dir = getenv("GPUSLICE_BOARD_DIR");
     if (dir && *dir)
         snprintf(gs_c.board_dir, sizeof gs_c.board_dir, "%s", dir);
@@ -84,6 +133,12 @@ int gs_compute_init(void)
             gs_c.work_conserving ? "work-conserving" : "hard", gs_c.priority,
             gs_c.board_dir[0] ? gs_c.board_dir : "(none)");
     return 0;
+}
+
+static void gs_board_init(void *map, const void *arg)
+{
+    (void)arg;
+    gs_board_format(map);
 }
 
 /* Map <board_dir>/<uuid>.board for device `dev` (NULL when not configured or on error). */
@@ -105,21 +160,21 @@ static struct gs_board *gs_compute_board(int dev)
              "%s/GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x.board",
              gs_c.board_dir, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
              b[11], b[12], b[13], b[14], b[15]);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    struct stat st;
-    void *map = MAP_FAILED;
-    if (fd >= 0 && fstat(fd, &st) == 0 &&
-        (st.st_size >= (off_t)sizeof(struct gs_board) || ftruncate(fd, sizeof(struct gs_board)) == 0))
-        map = mmap(NULL, sizeof(struct gs_board), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (fd >= 0)
-        close(fd);
-    if (map == MAP_FAILED || gs_board_format(map) != 0) {
-        GS_LOG_ONCE(GS_LOG_WARN, "compute: board %s: cannot open or not a gpuslice board; "
-                    "check GPUSLICE_BOARD_DIR is a writable shared directory; hard mode", path);
-        if (map != MAP_FAILED)
+    /* the board is node-wide (every tenant's processes share it, whatever their uid): its owner
+     * is not checked, but symlinks, FIFOs, other sizes and modes are refused (region/file.c) and a
+     * truncation cannot kill us (region/guard.c) */
+    char why[320];
+    int created;
+    struct gs_board *map = gs_shared_file_map(path, sizeof(struct gs_board), 0, gs_board_init, NULL, why,
+                                              sizeof why, &created, NULL);
+    if (map == NULL || gs_board_format(map) != 0) {
+        GS_LOG_ONCE(GS_LOG_WARN, "compute: board %s: %s; check GPUSLICE_BOARD_DIR is a writable shared "
+                    "directory; hard mode", path, map ? "not a gpuslice board" : why);
+        if (map != NULL)
             munmap(map, sizeof(struct gs_board));
         return NULL;
     }
+    gs_guard_add(map, sizeof(struct gs_board), &gs_c.board_broken[dev]);
     gs_c.boards[dev] = map;
     return map;
 }
@@ -130,7 +185,7 @@ static struct gs_cmeter *gs_compute_create(CUcontext ctx)
     CUdevice dev;
     if (!get_dev || get_dev(&dev) != CUDA_SUCCESS)
         return NULL;
-    struct gs_compute_device *blk = gs_region_compute_device((int)dev);
+    struct gs_compute_device *blk = gs_region_compute_device(gs_region_entry((int)dev));
     if (!blk) {
         GS_LOG_ONCE(GS_LOG_WARN, "compute: device %d has no block in the shared region; its kernels "
                     "run without a compute limit", (int)dev);
@@ -145,6 +200,7 @@ static struct gs_cmeter *gs_compute_create(CUcontext ctx)
     gs_meter_init(&cm->meter, &gs_timing_ops, &cm->timing, blk, gs_region_compute_proc(), gs_c.pct);
     cm->meter.work_conserving = gs_c.work_conserving;
     cm->meter.priority = gs_c.priority;
+    gs_compute_adopt_boot(blk);
     atomic_store(&blk->limit_pct, (uint32_t)gs_c.pct);
     uint64_t zero = 0;
     atomic_compare_exchange_strong(&blk->tenant_id, &zero, gs_compute_random());

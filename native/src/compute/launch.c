@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "hooks.h"
+#include "log.h"
 #include "state.h"
 
 struct gs_gate {
@@ -55,6 +56,12 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
         if (cm->board.board)
             gs_meter_set_others(&cm->meter, gs_board_tick(&cm->board, now, cm->meter.busy_total));
         int64_t w = gs_meter_admit(&cm->meter, now);
+        if (w > 0 && waited >= GS_THROTTLE_MAX_WAIT_NS) {
+            GS_LOG_ONCE(GS_LOG_WARN, "compute: a launch was held back %lld ms, longer than any "
+                        "budget debt; letting it go (budget times from another clock?)",
+                        (long long)(waited / 1000000));
+            w = 0;
+        }
         if (w <= 0) {
             if (waited > 0)
                 gs_meter_note_wait(&cm->meter, waited);

@@ -10,12 +10,16 @@
 #include <stdint.h>
 
 #include "board.h"
+#include "budget.h"
 #include "meter.h"
 #include "timing.h"
 
 #define GS_COMPUTE_CONTEXTS 16
 #define GS_THROTTLE_MIN_SLEEP_NS 200000LL    /* sleep at least this long when held back */
 #define GS_THROTTLE_MAX_SLEEP_NS 10000000LL  /* re-check (poll, heartbeat) at least this often */
+/* No launch is held back longer than the longest debt the budget can hold: past it something is
+ * inconsistent (a clock, a tampered region) and the launch goes (fail open, logged once). */
+#define GS_THROTTLE_MAX_WAIT_NS GS_BUDGET_HORIZON_NS
 
 struct gs_cmeter {
     CUcontext ctx;
