@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from gpuslice import model
-from gpuslice.errors import RequestError
+from gpuslice.errors import RequestError, brief
 from gpuslice.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -108,10 +108,13 @@ _DEFAULTS = Defaults()
 def _show(value: object) -> str:
     """A value as the user wrote it; strings that would read ambiguously get JSON quotes."""
     if isinstance(value, str):
+        value = value[:100]
         plain = value and value.strip() == value and not any(c in value for c in ' ,"=:;')
         text = value if plain else json.dumps(value)
+    elif isinstance(value, bool | None):
+        text = json.dumps(value)
     else:
-        text = json.dumps(value) if isinstance(value, bool | None) else str(value)
+        text = brief(value)
     return text if len(text) <= 80 else text[:77] + "..."  # a denial message stays readable
 
 

@@ -16,6 +16,7 @@ A message may hold several lines (one problem each); the CLI prints each as its 
 
 from __future__ import annotations
 
+import reprlib
 import sys
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "InputFileError",
     "RequestError",
     "ShimError",
+    "brief",
     "warn",
 ]
 
@@ -78,3 +80,22 @@ class CommandNotFound(GpusliceError):
 def warn(message: str) -> None:
     """One `gpuslice: warning: ...` line on stderr: it works, but not as the user may think."""
     print(f"gpuslice: warning: {message}", file=sys.stderr, flush=True)
+
+
+class _Brief(reprlib.Repr):
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxlist, self.maxdict, self.maxstring, self.maxother = 3, 4, 4, 60, 60
+
+    def repr_int(self, x: int, level: int) -> str:  # str() of a 5,000-digit int raises
+        return str(x) if x.bit_length() <= 200 else f"<a {x.bit_length()}-bit integer>"
+
+
+_BRIEF = _Brief()
+
+
+def brief(value: object, limit: int = 80) -> str:
+    """repr() of a user's value for a message, at most `limit` characters, and cheap however
+    big the value is (a YAML alias bomb, a 5,000-digit number): it shows a few items only."""
+    text = _BRIEF.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

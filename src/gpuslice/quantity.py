@@ -16,7 +16,7 @@ import math
 import re
 from fractions import Fraction
 
-from gpuslice.errors import GpusliceError
+from gpuslice.errors import GpusliceError, brief
 
 __all__ = [
     "MAX_DIGITS",
@@ -63,10 +63,7 @@ class QuantityError(GpusliceError, ValueError):
 
 
 def _fail(field: str, value: object, what: str, fix: str) -> QuantityError:
-    shown = repr(value)
-    if len(shown) > 80:  # a message stays one readable line, whatever was given
-        shown = shown[:77] + "..."
-    return QuantityError(f"{field}={shown}: {what}; {fix}")
+    return QuantityError(f"{field}={brief(value)}: {what}; {fix}")
 
 
 def parse_quantity(text: str | int | float, *, field: str = "quantity") -> Fraction:

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
-import yaml
 
 from gpuslice.errors import InputFileError
 from gpuslice.model import GPU, NodeInventory
 from gpuslice.simulate._validate import explain
+from gpuslice.simulate._yaml import load_yaml
 
 __all__ = ["ClusterSpec", "GPUSpec", "NodeGroup", "load_cluster", "parse_cluster"]
 
@@ -145,12 +145,5 @@ def load_cluster(path: str | Path) -> list[NodeInventory]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputFileError(f"{file}: cannot read the cluster file: {exc}; "
                              "check the --cluster path") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputFileError(f"{file}: {line}not valid YAML ({problem}); "
-                             "fix the syntax (indentation, quotes, colons)") from None
+    data = load_yaml(text, file=file, fix="fix the syntax (indentation, quotes, colons)")
     return parse_cluster(data, file=file)

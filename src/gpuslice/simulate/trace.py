@@ -3,10 +3,11 @@
 Owns: the trace format (JSON lines `{"arrival": s, "duration": s, "pod": {...}}`; a `.yaml`/`.yml`
 file holds a list of the same objects) and turning each pod into a PodRequest via dialects.
 Does not: decide what a pod means (gpuslice.dialects does), place or replay (engine.py).
-Invariants: jobs keep file order (Job.index); times are finite and >= 0; every job asks for a GPU;
+Invariants: jobs keep file order (Job.index); times are 0..MAX_SECONDS; every job asks for a GPU;
 a pod without metadata gets namespace `default` and name `job-<line>`.
 Failure: bad JSON/YAML, missing or unknown keys, negative times, a pod the dialect parser rejects
--> errors.InputFileError `trace.jsonl:17: ...` (line number, pod key, the fix). Never a traceback.
+-> errors.InputFileError `trace.jsonl:17: ...` (line number, pod key, the fix; one line per
+problem of the pod). YAML reading is bounded (simulate/_yaml.py). Never a traceback.
 Tests: tests/unit/simulate/test_trace_file.py
 """
 
@@ -18,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import yaml
 
 from gpuslice import dialects
 from gpuslice.errors import InputFileError, RequestError
 from gpuslice.model import PodRequest
 from gpuslice.simulate._validate import explain
+from gpuslice.simulate._yaml import load_yaml
 
-__all__ = ["Job", "JobLine", "load_trace", "parse_job"]
+__all__ = ["MAX_SECONDS", "Job", "JobLine", "load_trace", "parse_job"]
 
 
 class JobLine(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -46,6 +47,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     pod: PodRequest
 
 
+MAX_SECONDS = 1e10
+"""Latest arrival and longest duration: keeps every sum of times finite and exact to ~1 ms."""
 _DECODER = msgspec.json.Decoder(JobLine)
 _HINT = 'each line must be {"arrival": <seconds>, "duration": <seconds>, "pod": {<Pod>}}'
 
@@ -69,17 +72,17 @@ def parse_job(raw: JobLine, *, index: int, line: int, where: str,
     """Validate one decoded job line; `where` is `file:line` for messages."""
     for field in ("arrival", "duration"):
         value = getattr(raw, field)
-        if not math.isfinite(value) or value < 0:
-            raise InputFileError(f"{where}: {field}={value}: must be a finite number of seconds "
-                                 ">= 0; fix the value")
+        if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
+            raise InputFileError(f"{where}: {field}={value}: must be 0 to {MAX_SECONDS:.0e} "
+                                 "seconds (about 300 years); times are seconds, not milliseconds")
     pod = _named(raw.pod, line)
     meta = pod.get("metadata")
     key = (f"{meta.get('namespace')}/{meta.get('name')}" if isinstance(meta, Mapping)
            else f"<job {line}>")
     try:
         request = dialects.parse_pod(pod, defaults)
-    except RequestError as exc:
-        raise InputFileError(f"{where}: pod {key}: {exc}") from None
+    except RequestError as exc:  # every problem of the pod, one line each
+        raise InputFileError("\n".join(f"{where}: pod {key}: {p}" for p in exc.problems)) from None
     if not request.slices:
         raise InputFileError(f"{where}: pod {key}: asks for no GPU; every trace job must ask for "
                              "one (nvidia.com/gpu, volcano.sh/vgpu-number, tencent.com/vcuda-core)")
@@ -113,13 +116,7 @@ def _jsonl(file: str, text: str, defaults: dialects.Defaults) -> list[Job]:
 
 
 def _yaml(file: str, text: str, defaults: dialects.Defaults) -> list[Job]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f":{mark.line + 1}" if mark is not None else ""
-        raise InputFileError(f"{file}{at}: not valid YAML ({getattr(exc, 'problem', exc)}); "
-                             "fix the syntax") from None
+    data = load_yaml(text, file=file, fix="fix the syntax")
     if isinstance(data, Mapping) and set(data) == {"jobs"}:
         data = data["jobs"]
     if not isinstance(data, list):

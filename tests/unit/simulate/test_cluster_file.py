@@ -143,7 +143,7 @@ def test_a_bad_cluster_file_names_the_file_the_entry_and_the_fix(change: Any, wh
 @pytest.mark.parametrize(("content", "expected"), [
     ("", "c.yaml: expected a mapping with version and nodeGroups, got an empty file"),
     ("- 1\n- 2\n", "c.yaml: expected a mapping with version and nodeGroups, got list"),
-    ("version: 1\nnodeGroups: [\n", "c.yaml: line 3: not valid YAML"),
+    ("version: 1\nnodeGroups: [\n", "c.yaml:3: not valid YAML"),
 ], ids=["an empty file", "a list instead of a mapping", "broken YAML syntax"])
 def test_a_file_that_is_not_a_cluster_document_is_rejected(tmp_path: Path, content: str,
                                                             expected: str) -> None:

@@ -71,10 +71,17 @@ BAD = [
     ("an unknown key", _line(priority=3), "t.jsonl:2: priority: unknown key", '"arrival"'),
     ("a time given as text", _line(arrival="10s"), "t.jsonl:2: arrival: expected float, got str",
      "<seconds>"),
-    ("a negative arrival", _line(arrival=-1), "t.jsonl:2: arrival=-1.0: must be a finite number",
-     "fix the value"),
+    ("a negative arrival", _line(arrival=-1), "t.jsonl:2: arrival=-1.0: must be 0 to 1e+10",
+     "seconds"),
     ("a negative duration", _line(duration=-0.5),
-     "t.jsonl:2: duration=-0.5: must be a finite number", "fix the value"),
+     "t.jsonl:2: duration=-0.5: must be 0 to 1e+10 seconds", "not milliseconds"),
+    ("an arrival near the largest float", _line(arrival=1e308),
+     "t.jsonl:2: arrival=1e+308: must be 0 to 1e+10 seconds", "not milliseconds"),
+    ("a duration that would overflow the clock", _line(duration=1.7e308),
+     "t.jsonl:2: duration=1.7e+308: must be 0 to 1e+10 seconds", "not milliseconds"),
+    ("an integer of 5,000 digits",
+     _line(pod=_pod({"nvidia.com/gpu": 123456789})).replace("123456789", "1" * 5000),
+     "t.jsonl:2: pod", "<seconds>"),
     ("an infinite time", '{"arrival": 1e999, "duration": 1, "pod": {}}',
      "t.jsonl:2: arrival: number out of range", "<seconds>"),
     ("a job that is not an object", "[1, 2]", "t.jsonl:2: expected object, got array",
@@ -99,6 +106,55 @@ def test_a_bad_trace_line_names_the_file_line_and_fix(tmp_path: Path, line: str,
     text = str(err.value).replace(str(tmp_path) + "/", "")
     assert text.startswith(where), f"file:line and the entry come first: {text}"
     assert fix in text, f"the message should say how to fix it: {text}"
+
+
+def test_every_problem_of_one_pod_is_its_own_line(tmp_path: Path) -> None:
+    pod = _pod({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150", "nvidia.com/gpumem": "20Gi"})
+    with pytest.raises(InputFileError) as err:
+        load_trace(_write(tmp_path, _line(), _line(pod=pod)))
+    lines = str(err.value).replace(str(tmp_path) + "/", "").splitlines()
+    assert len(lines) == 2, lines
+    assert all(line.startswith('t.jsonl:2: pod default/job-2: container "main": nvidia.com/')
+               for line in lines), lines
+
+
+def _bomb(levels: int) -> str:
+    """A YAML trace whose one GPU count nests `levels` lists of 9 aliases: 9**levels values."""
+    anchors = "&a0 [x, x, x, x, x, x, x, x, x]"
+    for i in range(1, levels):
+        anchors = f"&a{i} [{anchors}, {', '.join([f'*a{i - 1}'] * 8)}]"
+    return ("- arrival: 0\n  duration: 1\n  pod: {spec: {containers: [{name: a, resources: "
+            f"{{limits: {{nvidia.com/gpu: {anchors}}}}}}}]}}}}\n")
+
+
+@pytest.mark.timeout(10)
+def test_a_yaml_alias_bomb_fails_fast_with_one_line(tmp_path: Path) -> None:
+    f = tmp_path / "bomb.yaml"
+    f.write_text(_bomb(10))  # 9**10 = 3.5 billion values from 1 kB
+    with pytest.raises(InputFileError, match=r"bomb.yaml: aliases \(\*name\) expand \d+ written "
+                                             r"values into more than 1,000,\d+; write the values"):
+        load_trace(f)
+
+
+def test_a_few_yaml_aliases_are_fine(tmp_path: Path) -> None:
+    f = tmp_path / "t.yaml"
+    f.write_text("- &job {arrival: 0, duration: 5, pod: {spec: {containers: [{name: main, "
+                 "resources: {limits: {nvidia.com/gpu: 1}}}]}}}\n- *job\n")
+    assert [j.duration for j in load_trace(f)] == [5.0, 5.0]
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("- {arrival: 0, duration: 1, pod: {x: " + "1" * 5000 + "}}\n",
+     "t.yaml: a number is too long to read"),
+    ("- " + "[" * 1500 + "]" * 1500 + "\n", "t.yaml: nested too deeply to read"),
+], ids=["a 5,000-digit integer", "lists nested 1,500 deep"])
+def test_yaml_that_python_cannot_read_fails_in_one_line(tmp_path: Path, text: str,
+                                                        says: str) -> None:
+    f = tmp_path / "t.yaml"
+    f.write_text(text)
+    with pytest.raises(InputFileError) as err:
+        load_trace(f)
+    assert str(err.value).replace(str(tmp_path) + "/", "").startswith(says)
 
 
 def test_an_empty_trace_is_an_error_not_an_empty_report(tmp_path: Path) -> None:
