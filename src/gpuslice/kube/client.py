@@ -5,6 +5,8 @@ Owns: finding the API configuration, in this order:
   2. $KUBECONFIG (the first existing file when it lists several, joined by ':');
   3. the pod's service account (in-cluster: KUBERNETES_SERVICE_HOST + the mounted token);
   4. ~/.kube/config (a developer running a service by hand).
+Also: `dict_view(Pod)`, the same resource decoded as plain dicts (as the API sends them):
+the rest of kube/ hands callers Mappings, which the pure core (handoff.py) reads.
 Does not: retry or translate call errors (errors.py does), or cache objects (cache.py).
 On failure: EnvironmentProblem naming every place looked at and how to fix it, never
 lightkube's bare ConfigError (the CLI exits 3 with it).
@@ -13,16 +15,20 @@ Tests: tests/unit/kube/test_client_config.py
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import yaml
 from lightkube import AsyncClient, ConfigError, KubeConfig
+from lightkube.core import resource as lkr
+from lightkube.generic_resource import Generic
 
 from gpuslice.errors import EnvironmentProblem
 
-__all__ = ["FIELD_MANAGER", "load_config", "make_client"]
+__all__ = ["FIELD_MANAGER", "dict_view", "load_config", "make_client"]
 
 FIELD_MANAGER = "gpuslice"
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -95,3 +101,17 @@ def make_client(kubeconfig: str | None = None, *, context: str | None = None,
         raise EnvironmentProblem(
             f"cannot use the Kubernetes API configuration: {exc}; check the kubeconfig's "
             "cluster and user entries (kubectl config view)") from exc
+
+
+@functools.cache
+def dict_view(resource: type[Any]) -> type[Any]:
+    """A twin of lightkube resource class `resource` (same API path and verbs) whose objects
+    decode to dicts, skipping lightkube's typed models: cheaper, and what our code reads.
+    Not put in lightkube's resource registry, so it never shadows the typed class."""
+    if issubclass(resource, lkr.NamespacedResource):
+        base: type = lkr.NamespacedResourceG
+    elif issubclass(resource, lkr.GlobalResource):
+        base = lkr.GlobalResource
+    else:
+        raise TypeError(f"{resource!r} is not a lightkube resource class")
+    return type(resource.__name__, (base, Generic), {"_api_info": lkr.api_info(resource)})
