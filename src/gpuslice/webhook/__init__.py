@@ -1,0 +1,13 @@
+"""The admission webhook (`gpuslice webhook`) and its certificates (`gpuslice certgen`).
+
+Modules, in the order to read them:
+  admit.py       PURE: pod + namespace labels + options -> pass, skip, deny or JSON Patch
+  review.py      AdmissionReview v1 decode/encode (the wire, WIRE.md "Admission webhook")
+  config.py      the config file schema (keys in docs/webhook.md) -> admit.Options
+  app.py         aiohttp routes: POST /mutate, /healthz, /readyz, /metrics
+  namespaces.py  namespace labels for the in-code opt-out check (lightkube, cached)
+  tls.py         serving certificate from files, reloaded when they change
+  command.py     `gpuslice webhook`: config, logging, TLS, run the server
+  certs.py       CA + serving certificate: make, check, read and write PEM files
+  certgen.py     `gpuslice certgen`: files or a Secret, and the caBundle (lightkube)
+"""

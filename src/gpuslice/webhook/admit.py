@@ -1,0 +1,240 @@
+"""The admission decision for one pod: pass, skip, deny with every problem, or patch (pure).
+
+Owns: what the webhook changes on a GPU pod (docs/webhook.md "What it changes"): schedulerName
+(only where the default scheduler was meant), the managed label, the GPUSLICE_* downward-API
+env of every GPU container, and resources normalised so the kubelet allocates the dialect's
+device resource (handoff.missing_device_resources) and Kubernetes accepts them.
+Does not: decode HTTP or the envelope (review.py, app.py) or look up namespaces (namespaces.py).
+Invariants: a pod without slice requests, an UPDATE and an opted-out pod or namespace are never
+changed; opt-out is checked here even though the MutatingWebhookConfiguration's selectors
+should already keep those pods away, so a wrong selector cannot mutate them. Same answer for
+dryRun (the webhook has no side effects).
+Failure: never raises for any pod shape; an invalid pod is denied with every problem, one per
+line (`<where>: <field>=<value>: <what is wrong>; <how to fix>`).
+Tests: tests/unit/webhook/test_admit.py, test_admit_adversarial.py, test_admit_wire_sample.py
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from gpuslice import dialects, handoff
+from gpuslice.errors import RequestError
+
+__all__ = ["IDENTITY_ENV", "Decision", "Options", "Result", "admit", "pointer"]
+
+DEFAULT_SCHEDULER = "default-scheduler"
+IDENTITY_ENV: tuple[tuple[str, str | None], ...] = (
+    ("GPUSLICE_POD_UID", "metadata.uid"),
+    ("GPUSLICE_POD_NAMESPACE", "metadata.namespace"),
+    ("GPUSLICE_POD_NAME", "metadata.name"),
+    ("GPUSLICE_CONTAINER_NAME", None),  # literal: the container's own name
+)
+"""Env the webhook sets in every GPU container (contracts), replacing same-named entries."""
+
+# Set by the node agent's Allocate; a value in the pod spec would override it in the container
+# (the kubelet appends spec env after the device plugin's), so a tenant could lift its limits.
+_AGENT_ENV = re.compile(r"CUDA_DEVICE_MEMORY_LIMIT(_\d+)?|CUDA_DEVICE_MEMORY_SHARED_CACHE|"
+                        r"CUDA_DEVICE_SM_LIMIT|CUDA_TASK_PRIORITY|NVIDIA_VISIBLE_DEVICES|"
+                        r"GPUSLICE_(?!POD_UID$|POD_NAMESPACE$|POD_NAME$|CONTAINER_NAME$)\w*")
+_MAX_PROBLEMS = 50  # a denial stays readable however many containers are wrong
+
+
+class Result(enum.StrEnum):
+    """What happened to a request (the `result` label of the webhook's request metric)."""
+
+    ALLOWED = "allowed"  # passed untouched: no slice request, UPDATE, not a pod
+    PATCHED = "patched"
+    DENIED = "denied"
+    SKIPPED = "skipped"  # opted out, or left to another scheduler
+    ERROR = "error"  # the body was not an AdmissionReview (app.py)
+
+
+class Options(msgspec.Struct, frozen=True, kw_only=True):
+    """What a deployment configures (webhook/config.py builds it from the config file)."""
+
+    scheduler_name: str = "gpuslice-scheduler"
+    opt_out_key: str = "gpuslice.io/webhook"
+    opt_out_value: str = "disabled"
+    defaults: dialects.Defaults = dialects.Defaults()
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer: `patch` holds JSON Patch operations, `message` the denial (one problem a line),
+    `why` a short reason for logs."""
+
+    result: Result
+    why: str
+    patch: tuple[dict[str, Any], ...] = ()
+    message: str = ""
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        return self.result is not Result.DENIED
+
+
+def pointer(*parts: str | int) -> str:
+    """An RFC 6901 JSON Pointer: `~` -> `~0`, `/` -> `~1` in each part."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _deny(lines: list[str]) -> Decision:
+    if len(lines) > _MAX_PROBLEMS:
+        lines = [*lines[:_MAX_PROBLEMS], f"... and {len(lines) - _MAX_PROBLEMS} more problems"]
+    return Decision(result=Result.DENIED, why="invalid slice request", message="\n".join(lines))
+
+
+def _brief(value: object) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _labels(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    labels = meta.get("labels")
+    return labels if isinstance(labels, Mapping) else None
+
+
+def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | None,
+          options: Options, *, kind: str = "Pod", sub_resource: str = "") -> Decision:
+    """The decision for a pod admission request. `namespace_labels` None = not known (the
+    MutatingWebhookConfiguration's namespaceSelector is then the only namespace opt-out)."""
+    if kind != "Pod" or sub_resource:
+        return Decision(result=Result.ALLOWED, why=f"not a pod ({kind} {sub_resource})".strip())
+    if operation != "CREATE":
+        return Decision(result=Result.ALLOWED, why=f"{operation}: GPU resources are immutable")
+    if not isinstance(pod, Mapping):
+        return _deny([f"pod: {_brief(pod)}: not a Pod object; send the pod as JSON"])
+    meta = pod.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        return _deny([f"pod: metadata={_brief(meta)}: not an object; give the pod metadata"])
+    key, value = options.opt_out_key, options.opt_out_value
+    if namespace_labels is not None and namespace_labels.get(key) == value:
+        return Decision(result=Result.SKIPPED, why=f"namespace labelled {key}={value}")
+    labels = _labels(meta)
+    if labels is not None and labels.get(key) == value:
+        return Decision(result=Result.SKIPPED, why=f"pod labelled {key}={value}")
+    if not dialects.is_gpu_pod(pod):
+        return Decision(result=Result.ALLOWED, why="no slice request")
+    spec = pod.get("spec")
+    scheduler = spec.get("schedulerName") if isinstance(spec, Mapping) else None
+    if scheduler not in (None, "", DEFAULT_SCHEDULER, options.scheduler_name):
+        return Decision(
+            result=Result.SKIPPED, why=f"schedulerName {scheduler}",
+            warnings=(f"spec.schedulerName={str(scheduler)[:30]}: gpuslice will not place or "
+                      "cap this pod; remove it to use gpuslice",))
+    problems = _tenant_problems(pod, meta)
+    try:
+        parsed = dialects.parse_pod(pod, options.defaults)
+        missing = handoff.missing_device_resources(pod)
+    except RequestError as exc:
+        return _deny(exc.problems + problems)
+    if problems:
+        return _deny(problems)
+    if not parsed.slices:  # e.g. nvidia.com/gpu: 0 everywhere
+        return Decision(result=Result.ALLOWED, why="no slice request")
+    gpu = {s.container for s in parsed.slices}
+    patch = _patch(pod, labels, scheduler, missing, gpu, options)
+    if not patch:
+        return Decision(result=Result.ALLOWED, why="GPU pod already as gpuslice needs it")
+    return Decision(result=Result.PATCHED, why="GPU pod", patch=tuple(patch))
+
+
+def _tenant_problems(pod: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str]:
+    """What the dialect parser does not check but the patch relies on: a labels map, and env
+    lists in slice containers that do not preset what the node agent sets."""
+    problems = []
+    if meta.get("labels") is not None and not isinstance(meta["labels"], Mapping):
+        problems.append(f"pod: metadata.labels={_brief(meta['labels'])}: not an object; map "
+                        "label names to strings")
+    spec = pod.get("spec")
+    for key in ("initContainers", "containers"):
+        got = spec.get(key) if isinstance(spec, Mapping) else None
+        for c in got if isinstance(got, list) else ():
+            if not (isinstance(c, Mapping) and dialects.is_gpu_pod({"spec": {key: [c]}})):
+                continue
+            where = f"container {_brief(c.get('name'))}"
+            env = c.get("env")
+            if env is not None and not isinstance(env, list):
+                problems.append(f"{where}: env={_brief(env)}: not a list; give env as a list "
+                                "of {name, value} entries")
+            for entry in env if isinstance(env, list) else ():
+                var = entry.get("name") if isinstance(entry, Mapping) else None
+                if isinstance(var, str) and _AGENT_ENV.fullmatch(var):
+                    problems.append(f"{where}: env {var}: set by gpuslice's node agent for the "
+                                    "slice the pod is given; remove it from the pod")
+    return problems
+
+
+def _patch(pod: Mapping[str, Any], labels: Mapping[str, Any] | None, scheduler: object,
+           missing: tuple[tuple[str, int, str, int], ...], gpu: set[str],
+           options: Options) -> list[dict[str, Any]]:
+    ops: list[dict[str, Any]] = []
+    if scheduler != options.scheduler_name:
+        ops.append({"op": "replace" if scheduler is not None else "add",
+                    "path": "/spec/schedulerName", "value": options.scheduler_name})
+    if labels is None:
+        ops.append({"op": "add", "path": "/metadata/labels",
+                    "value": {handoff.MANAGED_LABEL: "true"}})
+    elif labels.get(handoff.MANAGED_LABEL) != "true":
+        ops.append({"op": "add", "path": pointer("metadata", "labels", handoff.MANAGED_LABEL),
+                    "value": "true"})
+    device: dict[tuple[str, int], dict[str, int]] = {}
+    for key, i, resource, quantity in missing:
+        device.setdefault((key, i), {})[resource] = quantity
+    for key in ("initContainers", "containers"):
+        for i, c in enumerate(pod["spec"].get(key) or ()):
+            if c["name"] in gpu:  # parse_pod checked every container is a named mapping
+                ops.extend(_env_ops(key, i, c))
+                ops.extend(_resource_ops(key, i, c, device.get((key, i), {})))
+    return ops
+
+
+def _env_ops(key: str, i: int, c: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The container's env with ours first (so later entries can use $(GPUSLICE_POD_NAME)), then
+    the user's minus same-named entries (a tenant must not preset another pod's UID)."""
+    ours = [{"name": n, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+            if path else {"name": n, "value": c["name"]} for n, path in IDENTITY_ENV]
+    names = {n for n, _ in IDENTITY_ENV}
+    kept = [e for e in c.get("env") or ()
+            if not (isinstance(e, Mapping) and e.get("name") in names)]
+    if c.get("env") == ours + kept:
+        return []  # already admitted once (reinvocation): nothing to change
+    return [{"op": "add", "path": pointer("spec", key, i, "env"), "value": ours + kept}]
+
+
+def _resource_ops(key: str, i: int, c: Mapping[str, Any],
+                  device: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Limits name every slice resource (Kubernetes needs a limit for extended resources; copied
+    from requests where only requests were written) plus the device resource the kubelet
+    allocates; requests, where the user wrote them, get the same so they stay equal."""
+    resources = c.get("resources")
+    limits = resources.get("limits") if isinstance(resources, Mapping) else None
+    requests = resources.get("requests") if isinstance(resources, Mapping) else None
+    limits = limits if isinstance(limits, Mapping) else None
+    requests = requests if isinstance(requests, Mapping) else None
+    add_limits = {n: str(q) for n, q in device.items()}
+    for n, q in (requests or {}).items():
+        if n in dialects.RESOURCE_NAMES and (limits is None or n not in limits):
+            add_limits[n] = q
+    add_requests = {}
+    if requests is not None and any(n in dialects.RESOURCE_NAMES for n in requests):
+        add_requests = {n: str(q) for n, q in device.items() if n not in requests}
+    ops: list[dict[str, Any]] = []
+    base = ("spec", key, i, "resources")
+    for section, current, add in (("limits", limits, add_limits),
+                                  ("requests", requests, add_requests)):
+        if not add:
+            continue
+        if current is None:
+            ops.append({"op": "add", "path": pointer(*base, section), "value": add})
+        else:
+            ops.extend({"op": "add", "path": pointer(*base, section, n), "value": q}
+                       for n, q in add.items())
+    return ops
