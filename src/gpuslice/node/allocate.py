@@ -1,0 +1,246 @@
+"""PURE: which container a kubelet Allocate call is for, and what that container is given.
+
+Owns: reading the in-flight pods of this node (handoff.flight_of plus the assignment and the
+pod's request), the checks an answer must pass, and the answer itself: GPUs, the shim env
+(contracts.md), the mounts (library, ld.so.preload, the container's region directory).
+Does not: do I/O (the agent creates the region directory and patches gpuslice.io/allocated),
+or speak gRPC (plugin.py turns an Answer into a ContainerAllocateResponse).
+Invariants: a container gets exactly its assigned GPUs and limits, nothing else; the kubelet's
+device IDs must lie on those GPUs; an assignment is believed only for a pod bound to THIS node,
+on GPUs this node has, that does not over-commit a GPU together with the node's other pods (a
+hand-written annotation cannot take another pod's share).
+Failure: AllocateError, whose message the kubelet shows in the pod's events: what is wrong and
+what to check. Tests: tests/unit/node/test_allocate.py
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuslice import codec, dialects, handoff, model
+from gpuslice.allocator.usage import AllocationError, footprint
+from gpuslice.errors import CodecError, GpusliceError, RequestError
+
+__all__ = ["AllocateError", "Answer", "InFlight", "Layout", "Mount", "answer", "assigned_pods",
+           "device_gpu", "in_flight", "preferred"]
+
+REGION_FILE = "region"
+
+
+class AllocateError(GpusliceError):
+    """The kubelet's Allocate cannot be answered; the message reaches the pod's events."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the library and regions are on the host (installed by the agent) and in containers."""
+
+    library_host: str  # <state-dir>/lib/libgpuslice.so
+    preload_host: str  # <state-dir>/lib/ld.so.preload (one line: library_container)
+    regions_host: str  # <state-dir>/regions
+    library_container: str = "/usr/local/gpuslice/lib/libgpuslice.so"
+    region_container_dir: str = "/var/run/gpuslice"
+    cdi: bool = False  # CDI device names instead of NVIDIA_VISIBLE_DEVICES
+    compute_mode: str = "hard"
+
+
+@dataclass(frozen=True)
+class Mount:
+    container_path: str
+    host_path: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """An in-flight pod with what the answer needs: its assignment and its request."""
+
+    flight: handoff.Flight
+    assignment: model.PodAssignment
+    request: model.PodRequest
+
+
+@dataclass(frozen=True)
+class Answer:
+    pod_key: str
+    pod_uid: str
+    container: str
+    gpus: tuple[str, ...]  # UUIDs, in the container's device order
+    envs: dict[str, str]
+    mounts: tuple[Mount, ...]
+    cdi_devices: tuple[str, ...]
+    region_host_dir: str
+
+
+def device_gpu(device_id: str) -> str:
+    """The GPU UUID of a replica device ID `<GPU-UUID>::<n>`."""
+    return device_id.split("::", 1)[0]
+
+
+def in_flight(pods: Iterable[Mapping[str, Any]], node: str, now: float,
+              timeout_s: float) -> list[InFlight]:
+    """The pods in flight on `node` (bound to it by spec.nodeName AND by their assignment)."""
+    out = []
+    for pod in pods:
+        f = handoff.flight_of(pod, now, timeout_s)
+        spec = pod.get("spec")
+        if f is None or f.node != node or not isinstance(spec, Mapping) or \
+                spec.get("nodeName") not in (None, node):
+            continue
+        try:
+            ann = pod["metadata"]["annotations"]
+            out.append(InFlight(f, codec.decode_assignment(ann[codec.ASSIGNMENT_ANNOTATION]),
+                                dialects.parse_pod(pod)))
+        except (CodecError, RequestError, KeyError, TypeError):
+            continue  # flight_of accepted it, so this cannot happen; never crash on a pod
+    return out
+
+
+def assigned_pods(pods: Iterable[Mapping[str, Any]], node: str) -> dict[str, model.PodAssignment]:
+    """uid -> assignment of every live pod on `node` that has one (what holds GPU shares)."""
+    out = {}
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        ann = meta.get("annotations") or {}
+        if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed") or \
+                codec.ASSIGNMENT_ANNOTATION not in ann:
+            continue
+        try:
+            a = codec.decode_assignment(ann[codec.ASSIGNMENT_ANNOTATION])
+        except CodecError:
+            continue
+        if a.node == node:
+            out[str(meta.get("uid", ""))] = a
+    return out
+
+
+def _overcommit(pod: InFlight, others: Mapping[str, model.PodAssignment],
+                gpus: Mapping[str, model.GPU]) -> str | None:
+    """Why this pod's assignment cannot be honoured on this node's GPUs, or None."""
+    try:
+        mine = footprint(pod.assignment, gpus, pod_key=pod.flight.key)
+    except AllocationError as exc:
+        return str(exc)
+    for u, use in mine.items():
+        mem, cores, slots, excl = use
+        for uid, a in others.items():
+            if uid == pod.flight.uid:
+                continue
+            try:
+                fp = footprint(a).get(u)
+            except AllocationError:
+                continue
+            if fp is not None:
+                mem, cores, slots, excl = mem + fp.mem, cores + fp.cores, slots + fp.slots, \
+                    excl + fp.excl
+        g = gpus[u]
+        if excl and slots > use.slots:
+            return f"GPU {u} is held exclusively together with other pods' slices"
+        if mem > g.memory_mib or cores > model.EXCLUSIVE_CORES or slots > g.split_count:
+            return (f"GPU {u} would hold {mem} MiB / {cores}% / {slots} slices with the node's "
+                    f"other pods (has {g.memory_mib} MiB / 100% / {g.split_count})")
+    return None
+
+
+def _describe(pods: Sequence[InFlight]) -> str:
+    parts = [f"{p.flight.key} (next: {r.container} {r.resource}={r.quantity})"
+             for p in pods for r in p.flight.pending[:1]]
+    return ", ".join(parts[:5]) + (", ..." if len(parts) > 5 else "") if parts else "none"
+
+
+def answer(pods: Sequence[InFlight], others: Mapping[str, model.PodAssignment],
+           gpus: Mapping[str, model.GPU], resource: str, device_ids: Sequence[str],
+           layout: Layout) -> Answer:
+    """The answer to one container's Allocate(resource, device_ids) on this node."""
+    quantity = len(device_ids)
+    got = handoff.match_allocate([p.flight for p in pods], resource, quantity)
+    if got is None:
+        raise AllocateError(
+            f"no pod in flight on this node asks for {resource}={quantity} now (in flight: "
+            f"{_describe(pods)}); check that the pod was scheduled by the gpuslice scheduler "
+            "extender (it carries gpuslice.io/assignment and gpuslice.io/bound-at) and bound "
+            "recently, and that the node agent can read pods (its logs say if the API server "
+            "is unreachable)")
+    flight, req = got
+    pod = next(p for p in pods if p.flight is flight)
+    where = f"pod {flight.key} container {req.container}"
+    slices = next((c.slices for c in pod.assignment.containers if c.container == req.container),
+                  ())
+    if not slices:
+        raise AllocateError(f"{where}: its gpuslice.io/assignment gives it no GPU; delete the pod "
+                            "so that it is scheduled again")
+    uuids = tuple(s.uuid for s in slices)
+    unknown = [u for u in uuids if u not in gpus]
+    if unknown:
+        raise AllocateError(f"{where}: assigned GPUs {', '.join(unknown)} are not GPUs of this "
+                            "node; the assignment is stale or forged: delete the pod")
+    why = _overcommit(pod, others, gpus)
+    if why is not None:
+        raise AllocateError(f"{where}: its assignment is not honoured: {why}; delete the pod so "
+                            "that the scheduler places it again")
+    chosen = {device_gpu(d) for d in device_ids}
+    whole = handoff.REPLICAS_PER_GPU.get(resource, None) is None
+    if not chosen <= set(uuids) or (whole and (len(chosen) != len(uuids) or
+                                               len(chosen) != quantity)):
+        raise AllocateError(
+            f"{where} is assigned {', '.join(uuids)} but the kubelet chose devices on "
+            f"{', '.join(sorted(chosen))}; check that no other device plugin advertises "
+            f"{resource} on this node and that the kubelet asks GetPreferredAllocation")
+    return _build(flight, req, pod.request, slices, layout)
+
+
+def _build(flight: handoff.Flight, req: handoff.DeviceRequest, pod: model.PodRequest,
+           slices: Sequence[model.GPUSlice], layout: Layout) -> Answer:
+    uuids = tuple(s.uuid for s in slices)
+    prio = next((int(s.priority) for s in pod.slices if s.container == req.container), 0)
+    envs = {
+        "NVIDIA_VISIBLE_DEVICES": "void" if layout.cdi else ",".join(uuids),
+        "GPUSLICE_DEVICE_UUIDS": ",".join(uuids),
+        "CUDA_DEVICE_SM_LIMIT": str(max(s.cores for s in slices)),
+        "GPUSLICE_COMPUTE_MODE": layout.compute_mode,
+        "CUDA_TASK_PRIORITY": str(prio),
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE": f"{layout.region_container_dir}/{REGION_FILE}",
+    }
+    envs.update({f"CUDA_DEVICE_MEMORY_LIMIT_{i}": f"{s.memory_mib}m"
+                 for i, s in enumerate(slices)})
+    region_dir = f"{layout.regions_host}/{flight.uid}/{req.container}"
+    mounts = (
+        Mount(layout.library_container, layout.library_host, True),
+        Mount("/etc/ld.so.preload", layout.preload_host, True),
+        Mount(layout.region_container_dir, region_dir, False),
+    )
+    return Answer(pod_key=flight.key, pod_uid=flight.uid, container=req.container, gpus=uuids,
+                  envs=envs, mounts=mounts,
+                  cdi_devices=tuple(f"nvidia.com/gpu={u}" for u in uuids) if layout.cdi else (),
+                  region_host_dir=region_dir)
+
+
+def preferred(pods: Sequence[InFlight], resource: str, available: Sequence[str],
+              must_include: Sequence[str], size: int) -> list[str]:
+    """GetPreferredAllocation: `size` of `available` IDs, on the matched container's assigned
+    GPUs when a pod matches (spread evenly over them), else the kubelet's own order."""
+    got = handoff.match_allocate([p.flight for p in pods], resource, size)
+    pick = list(dict.fromkeys(must_include))[:size]
+    if got is not None:
+        flight, req = got
+        pod = next(p for p in pods if p.flight is flight)
+        uuids = [s.uuid for c in pod.assignment.containers if c.container == req.container
+                 for s in c.slices]
+        per_gpu = {u: size // len(uuids) + (i < size % len(uuids)) for i, u in enumerate(uuids)}
+        for u in uuids:
+            per_gpu[u] -= sum(1 for d in pick if device_gpu(d) == u)
+        for d in available:
+            if len(pick) >= size:
+                break
+            u = device_gpu(d)
+            if d not in pick and per_gpu.get(u, 0) > 0:
+                pick.append(d)
+                per_gpu[u] -= 1
+    for d in available:  # no match, or not enough on the assigned GPUs: kubelet's order
+        if len(pick) >= size:
+            break
+        if d not in pick:
+            pick.append(d)
+    return pick
