@@ -1,0 +1,172 @@
+"""The `filter` verb: which of the offered nodes can take the pod, and why each other cannot.
+
+Owns: `Evaluator` (a pod against nodes, from the cache for names or from the given Node objects,
+the in-flight rule applied; the last result is kept for the `prioritize` that follows), the
+extender's own reasons (`WAITING`, `UNACCOUNTED`) and the reply to filter.
+Does not: score (prioritize.py), reserve (bind.py; nothing here changes the state).
+Invariants: one short reason per cause, identical across nodes (kube-scheduler counts them);
+per-node numbers go to the log and the pod event. FailedAndUnresolvable: what preemption cannot
+cure (allocator's UNRESOLVABLE, a pod waited for, a node whose assignments cannot be counted).
+With full Nodes the answer comes from those objects' inventories and nothing is cached.
+Failure: a pod the dialects reject raises RequestError; the route answers it in `Error`.
+Tests: tests/unit/scheduler/test_filter.py
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from gpuslice import codec, dialects, handoff
+from gpuslice.allocator import AllocationError, ClusterState, Placement, Policy, Rejection
+from gpuslice.allocator.reasons import no_inventory
+from gpuslice.errors import CodecError
+from gpuslice.model import PodRequest
+from gpuslice.scheduler import wire
+from gpuslice.scheduler.state import ExtenderState
+
+__all__ = ["UNACCOUNTED", "WAITING", "Evaluator", "Verdict", "filter_reply", "unfit_message"]
+
+WAITING = "waiting for pod {} to be allocated on this node"
+UNACCOUNTED = "node has GPU assignments gpuslice cannot account for"
+_CACHE_S = 2.0  # a filter's result serves the prioritize that follows, if nothing changed
+
+
+class Refusal(msgspec.Struct, frozen=True):
+    """The extender's own refusals, shaped like the allocator's Rejection."""
+
+    reason: str  # short, identical across nodes for one cause
+    resolvable: bool
+    detail: str  # this node's numbers (logs, events)
+
+
+Refused = Rejection | Refusal  # a Rejection words its detail only when it is read
+
+
+class Verdict:
+    """A pod against some nodes: `fits` (node -> placement) and `failed` (node -> refusal)."""
+
+    __slots__ = ("failed", "fits", "pod")
+
+    def __init__(self, pod: PodRequest, fits: dict[str, Placement],
+                 failed: dict[str, Refused]) -> None:
+        self.pod, self.fits, self.failed = pod, fits, failed
+
+
+class Evaluator:
+    """Evaluates pods against the cached cluster (or against given Node objects)."""
+
+    def __init__(self, state: ExtenderState, policy: Policy,
+                 defaults: dialects.Defaults | None = None) -> None:
+        self.state, self.policy = state, policy
+        self.defaults = defaults or dialects.Defaults()
+        self._last: tuple[tuple[Any, ...], float, Verdict] | None = None
+
+    def request(self, pod: Mapping[str, Any]) -> PodRequest:
+        return dialects.parse_pod(pod, self.defaults)  # RequestError: every problem
+
+    def cached(self, pod: Mapping[str, Any], names: list[str]) -> Verdict:
+        """`names` against the cache; reuses the previous call's result for the same pod while
+        the state is unchanged (prioritize right after filter)."""
+        meta = pod.get("metadata") or {}
+        key = (meta.get("uid"), meta.get("resourceVersion"), self.state.generation)
+        now = time.monotonic()
+        last = self._last
+        if last is not None and last[0] == key and now - last[1] < _CACHE_S \
+                and all(n in last[2].fits or n in last[2].failed for n in names):
+            return last[2]
+        req = self.request(pod)
+        cluster = self.state.cluster
+        if len(names) * 2 >= len(self.state.cluster.nodes()):  # most nodes: the column path
+            fr = cluster.filter(req, self.policy)
+        else:
+            fr = cluster.filter(req, self.policy, [n for n in names
+                                                   if self.state.has_inventory(n)])
+        failed: dict[str, Refused] = dict(fr.failed)
+        fits = dict(fr.fits)
+        for n in names:
+            if n not in fits and n not in failed:
+                failed[n] = no_inventory(n)
+        verdict = Verdict(req, fits, failed)
+        self._hand_off(pod, verdict, cached=True)
+        self._last = (key, now, verdict)
+        return verdict
+
+    def given(self, pod: Mapping[str, Any], nodes: wire.NodeList) -> tuple[Verdict, list[str]]:
+        """The pod against full Node objects (nodeCacheCapable: false): their inventories, the
+        slices the cache knows are held there, nothing reserved. Returns the node names too."""
+        req = self.request(pod)
+        cluster = ClusterState()
+        names: list[str] = []
+        failed: dict[str, Refused] = {}
+        for raw in nodes.items:
+            meta = wire.decode(bytes(raw), wire.NodeHead).metadata
+            names.append(meta.name)
+            text = (meta.annotations or {}).get(codec.INVENTORY_ANNOTATION)
+            try:
+                if text is None:
+                    raise CodecError("no inventory")
+                cluster.add_node(codec.decode_inventory(text, node=meta.name))
+                for key, a in self.state.held_on(meta.name).items():
+                    cluster.assign(key, a)
+            except CodecError:
+                failed[meta.name] = no_inventory(meta.name)
+            except AllocationError as exc:
+                failed[meta.name] = Refusal(UNACCOUNTED, False, str(exc))
+        fr = cluster.filter(req, self.policy, [n for n in names if n not in failed])
+        failed.update(fr.failed)
+        verdict = Verdict(req, dict(fr.fits), failed)
+        self._hand_off(pod, verdict, cached=False)
+        return verdict, names
+
+    def _hand_off(self, pod: Mapping[str, Any], v: Verdict, *, cached: bool) -> None:
+        """Refuse fitting nodes whose cached assignments cannot all be counted, and nodes
+        where the pod could be confused with an in-flight pod (handoff.blocking_flight)."""
+        requests: tuple[handoff.DeviceRequest, ...] | None = None
+        for name in [n for n in v.fits if cached and self.state.waiting(n)]:
+            del v.fits[name]
+            v.failed[name] = Refusal(UNACCOUNTED, False, f"{self.state.waiting(name)} pod(s) "
+                                     "on this node hold slices its inventory cannot hold")
+        for name, pl in list(v.fits.items()):
+            flights = self.state.flights(name)
+            if not flights:
+                continue
+            if requests is None:
+                requests = handoff.device_requests(pod)
+            mem = {c.container: c.slices[0].memory_mib for c in pl.assignment.containers
+                   if c.slices}
+            shape = handoff.request_shape(requests, v.pod, mem)
+            f = handoff.blocking_flight(requests, shape, flights, key=v.pod.key)
+            if f is not None:
+                del v.fits[name]
+                v.failed[name] = Refusal(WAITING.format(f.key), False,
+                                         f"bound {handoff.format_time(f.bound_at)}, its next "
+                                         f"{f.pending[0].resource}={f.pending[0].quantity} "
+                                         "looks the same to the node agent")
+
+
+def filter_reply(v: Verdict, names: list[str]) -> wire.FilterResult:
+    """The reply for NodeNames (names in request order); the route swaps in Nodes if needed."""
+    failed, unresolvable = {}, {}
+    for n, r in v.failed.items():
+        (failed if r.resolvable else unresolvable)[n] = r.reason
+    return wire.FilterResult(NodeNames=[n for n in names if n in v.fits],
+                             FailedNodes={n: failed[n] for n in names if n in failed},
+                             FailedAndUnresolvableNodes={n: unresolvable[n] for n in names
+                                                         if n in unresolvable})
+
+
+def unfit_message(v: Verdict, names: list[str], limit: int = 3) -> str:
+    """`0/N nodes can take the GPU request: 3 insufficient GPU memory (node-a: …), …`."""
+    counts = Counter(v.failed[n].reason for n in names if n in v.failed)
+    parts = []
+    for reason, count in counts.most_common(limit):
+        example = next(n for n in names if n in v.failed and v.failed[n].reason == reason)
+        parts.append(f"{count} {reason} ({example}: {v.failed[example].detail})")
+    more = sum(counts.values()) - sum(c for _, c in counts.most_common(limit))
+    tail = f", {more} other" if more else ""
+    return f"0/{len(names)} nodes can take the GPU request: {', '.join(parts)}{tail}"

@@ -1,0 +1,312 @@
+"""The extender's view of the cluster: GPU inventories, held slices and in-flight pods.
+
+Owns: `ExtenderState` (a ClusterState rebuilt from node inventory and pod assignment
+annotations alone, plus the in-flight pods per node) and the trimmers that keep only the
+fields it reads from watched nodes and pods.
+Does not: talk to the API (service.py feeds it from kube Informers) or choose GPUs (allocator/).
+Invariants: a pod holds its slices while it is bound and not terminal/deleted, or while its
+assignment is younger than the in-flight timeout (a bind in progress; older unbound ones are
+leftovers of a bind that died and are released by `sweep`); `assume` (bind) holds slices before
+the watch shows them. An assignment that cannot be committed (its node unknown, or over-committed
+against the inventory) waits on its node and is retried whenever that node changes; the filter
+refuses a node with waiting assignments, so nothing is ever double-booked.
+Failure: malformed annotations are logged and read as absent; nothing here raises on input.
+Tests: tests/unit/scheduler/test_state.py
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import msgspec
+
+from gpuslice import codec, dialects, handoff
+from gpuslice.allocator import AllocationError, ClusterState
+from gpuslice.errors import CodecError
+from gpuslice.model import PodAssignment
+
+__all__ = ["ExtenderState", "pod_key", "trim_node", "trim_pod"]
+
+log = logging.getLogger(__name__)
+
+_KEEP_ANNOTATIONS = frozenset({codec.ASSIGNMENT_ANNOTATION, handoff.BOUND_AT, handoff.ALLOCATED,
+                               *dialects.ANNOTATIONS})
+_CONTAINER_KEYS = ("name", "restartPolicy", "resources")
+
+
+def trim_node(node: Mapping[str, Any]) -> dict[str, Any]:
+    """A watched Node reduced to its name, resourceVersion and inventory annotation."""
+    meta = node.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    kept = {codec.INVENTORY_ANNOTATION: ann[codec.INVENTORY_ANNOTATION]} \
+        if codec.INVENTORY_ANNOTATION in ann else {}
+    return {"metadata": {"name": meta.get("name"), "resourceVersion": meta.get("resourceVersion"),
+                         "annotations": kept}}
+
+
+def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A watched Pod reduced to what placement, bind and the hand-off read."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    ann = meta.get("annotations") or {}
+    out_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                     "creationTimestamp", "deletionTimestamp") if k in meta}
+    out_meta["annotations"] = {k: v for k, v in ann.items() if k in _KEEP_ANNOTATIONS}
+    out_spec: dict[str, Any] = {k: spec[k] for k in ("nodeName", "schedulerName") if k in spec}
+    for key in ("initContainers", "containers"):
+        if isinstance(spec.get(key), list):
+            out_spec[key] = [{k: c[k] for k in _CONTAINER_KEYS if k in c}
+                             for c in spec[key] if isinstance(c, Mapping)]
+    phase = (pod.get("status") or {}).get("phase")
+    return {"metadata": out_meta, "spec": out_spec, "status": {"phase": phase} if phase else {}}
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+class _Facts(msgspec.Struct, frozen=True):
+    """What the state reads off one observed pod."""
+
+    uid: str
+    bound: bool  # spec.nodeName is set
+    assignment: PodAssignment | None
+    bound_at: float | None
+    flight: handoff.Flight | None  # computed without a timeout; the reader checks the age
+
+
+class _Assumed(msgspec.Struct, frozen=True):
+    uid: str
+    assignment: PodAssignment
+    flight: handoff.Flight | None
+    since: float
+
+
+def _facts(pod: Mapping[str, Any]) -> _Facts | None:
+    """None for a pod that holds nothing whatever its annotations say (terminal)."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return None
+    meta = pod.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    assignment = None
+    if codec.ASSIGNMENT_ANNOTATION in ann:
+        try:
+            assignment = codec.decode_assignment(ann[codec.ASSIGNMENT_ANNOTATION])
+        except CodecError as exc:
+            log.warning("ignoring a malformed assignment: %s", exc, extra={"pod": pod_key(pod)})
+    flight = handoff.flight_of(pod, 0.0, math.inf) if assignment is not None else None
+    return _Facts(uid=str(meta.get("uid") or ""), bound=bool((pod.get("spec") or {}).get(
+        "nodeName")), assignment=assignment, bound_at=handoff.parse_time(
+        ann.get(handoff.BOUND_AT)), flight=flight)
+
+
+class ExtenderState:
+    """Mutable cluster view fed by node and pod events; single-threaded (one asyncio loop)."""
+
+    def __init__(self, *, timeout_s: float = 30.0, clock: Callable[[], float] = time.time) -> None:
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.cluster = ClusterState()
+        self.generation = 0  # bumped on every change a filter could see
+        self._inv_text: dict[str, str] = {}
+        self._pods: dict[str, Mapping[str, Any]] = {}
+        self._facts: dict[str, _Facts] = {}
+        self._assumed: dict[str, _Assumed] = {}
+        self._held: dict[str, PodAssignment] = {}  # what self.cluster holds, by pod
+        self._held_on: dict[str, set[str]] = {}  # node -> keys held there
+        self._waiting: dict[str, set[str]] = {}  # node -> keys
+        self._waits_on: dict[str, str] = {}  # key -> node
+        self._node_flights: dict[str, set[str]] = {}  # node -> keys
+        self._flies_on: dict[str, str] = {}  # key -> node
+
+    # -- events --------------------------------------------------------------------------
+    def on_node(self, kind: str, node: Mapping[str, Any]) -> None:
+        """ADDED / MODIFIED / DELETED of a (trimmed) Node."""
+        name = (node.get("metadata") or {}).get("name") or ""
+        text = ((node.get("metadata") or {}).get("annotations") or {}).get(
+            codec.INVENTORY_ANNOTATION)
+        if kind == "DELETED" or not isinstance(text, str):
+            if self._inv_text.pop(name, None) is not None:
+                self._lost(self.cluster.remove_node(name))
+            return
+        if self._inv_text.get(name) == text:
+            return  # a status update: the inventory did not change
+        try:
+            inv = codec.decode_inventory(text, node=name)
+            dropped = self.cluster.add_node(inv)
+        except (CodecError, AllocationError) as exc:
+            log.warning("node has an unusable GPU inventory, treated as none: %s", exc,
+                        extra={"node": name})
+            self._inv_text.pop(name, None)
+            self._lost(self.cluster.remove_node(name))
+            return
+        self._inv_text[name] = text
+        self._lost(dropped)
+        self._retry(name)
+
+    def on_pod(self, kind: str, pod: Mapping[str, Any]) -> None:
+        """ADDED / MODIFIED / DELETED of a (trimmed) managed Pod."""
+        key = pod_key(pod)
+        facts = None if kind == "DELETED" else _facts(pod)
+        if facts is None:
+            self._pods.pop(key, None)
+            self._facts.pop(key, None)
+            self._assumed.pop(key, None)
+        else:
+            self._pods[key] = pod
+            self._facts[key] = facts
+            a = self._assumed.get(key)
+            if a is not None and (a.uid != facts.uid or facts.assignment == a.assignment):
+                del self._assumed[key]  # the watch caught up (or it is another pod now)
+        self._apply(key)
+
+    def assume(self, key: str, uid: str, assignment: PodAssignment,
+               flight: handoff.Flight | None) -> None:
+        """Hold `assignment` for a pod being bound, before the watch shows it (bind.py).
+        Raises AllocationError, changing nothing, when it no longer fits."""
+        old = self._unhold(key)
+        try:
+            self._hold(key, assignment)
+        except AllocationError:
+            if old is not None:
+                self._hold(key, old)
+            raise
+        self._assumed[key] = _Assumed(uid, assignment, flight, self.clock())
+        self._apply(key)
+
+    def forget(self, key: str) -> None:
+        """Drop what `assume` held (a bind that failed for good); the pod reverts to what its
+        annotations say."""
+        if self._assumed.pop(key, None) is not None:
+            self._apply(key)
+
+    def sweep(self) -> None:
+        """Release what time has ended: unbound assignments and assumptions older than the
+        in-flight timeout. Call every second or so."""
+        old = self.clock() - self.timeout_s
+        for key in [k for k, a in self._assumed.items() if a.since <= old]:
+            del self._assumed[key]
+            self._apply(key)
+        for key in [k for k, f in self._facts.items()
+                    if f.assignment is not None and not f.bound and k in self._held
+                    and k not in self._assumed and (f.bound_at is None or f.bound_at <= old)]:
+            self._apply(key)
+
+    # -- reads ---------------------------------------------------------------------------
+    def pod(self, key: str) -> Mapping[str, Any] | None:
+        """The last observed (trimmed) pod."""
+        return self._pods.get(key)
+
+    def held(self, key: str) -> PodAssignment | None:
+        return self._held.get(key)
+
+    def held_on(self, node: str) -> dict[str, PodAssignment]:
+        """Every assignment held on `node` (and those waiting for it), by pod key."""
+        keys = self._held_on.get(node, set()) | self._waiting.get(node, set())
+        out = {}
+        for k in sorted(keys):
+            a = self._held.get(k) or self._desired(k)
+            if a is not None:
+                out[k] = a
+        return out
+
+    def flights(self, node: str) -> list[handoff.Flight]:
+        """Pods in flight on `node` now (bound, or being bound, and not yet allocated)."""
+        keys = self._node_flights.get(node)
+        if not keys:
+            return []
+        old = self.clock() - self.timeout_s
+        out = []
+        for k in keys:
+            a = self._assumed.get(k)
+            f = a.flight if a is not None else self._facts[k].flight
+            if f is not None and f.bound_at > old:
+                out.append(f)
+        return out
+
+    def waiting(self, node: str) -> int:
+        """How many assignments on `node` could not be committed (the filter refuses it)."""
+        return len(self._waiting.get(node, ()))
+
+    def has_inventory(self, node: str) -> bool:
+        return node in self._inv_text
+
+    # -- internals -----------------------------------------------------------------------
+    def _desired(self, key: str) -> PodAssignment | None:
+        a = self._assumed.get(key)
+        if a is not None:
+            return a.assignment
+        f = self._facts.get(key)
+        if f is None or f.assignment is None:
+            return None
+        if f.bound or (f.bound_at is not None and f.bound_at > self.clock() - self.timeout_s):
+            return f.assignment
+        return None
+
+    def _apply(self, key: str) -> None:
+        self.generation += 1
+        self._index_flight(key)
+        want, have = self._desired(key), self._held.get(key)
+        if want == have and have is not None:
+            return
+        self._unwait(key)
+        if have is not None:
+            self._unhold(key)
+        if want is not None:
+            try:
+                self._hold(key, want)
+            except AllocationError as exc:
+                log.warning("assignment waits for its node: %s", exc, extra={"pod": key})
+                self._wait(key, want.node)
+        if have is not None:
+            self._retry(have.node)
+
+    def _lost(self, keys: Iterable[str]) -> None:
+        """Pods the ClusterState dropped with their node or GPUs: they wait for the node."""
+        for key in keys:
+            held = self._held.pop(key, None)
+            if held is not None:
+                self._held_on[held.node].discard(key)
+                self._wait(key, held.node)
+        self.generation += 1
+
+    def _retry(self, node: str) -> None:
+        for key in sorted(self._waiting.get(node, ())):
+            if key in self._waiting.get(node, ()):
+                self._apply(key)
+
+    def _hold(self, key: str, a: PodAssignment) -> None:
+        self.cluster.assign(key, a)  # AllocationError: nothing changed
+        self._held[key] = a
+        self._held_on.setdefault(a.node, set()).add(key)
+
+    def _unhold(self, key: str) -> PodAssignment | None:
+        a = self._held.pop(key, None)
+        if a is not None:
+            self.cluster.release(key)
+            self._held_on[a.node].discard(key)
+        return a
+
+    def _wait(self, key: str, node: str) -> None:
+        self._waiting.setdefault(node, set()).add(key)
+        self._waits_on[key] = node
+
+    def _unwait(self, key: str) -> None:
+        node = self._waits_on.pop(key, None)
+        if node is not None:
+            self._waiting[node].discard(key)
+
+    def _index_flight(self, key: str) -> None:
+        node = self._flies_on.pop(key, None)
+        if node is not None:
+            self._node_flights[node].discard(key)
+        a = self._assumed.get(key)
+        f = a.flight if a is not None else getattr(self._facts.get(key), "flight", None)
+        if f is not None:
+            self._node_flights.setdefault(f.node, set()).add(key)
+            self._flies_on[key] = f.node

@@ -1,0 +1,125 @@
+"""ExtenderState: rebuilt from annotations alone; releases, in-flight marks, waiting slices."""
+
+from __future__ import annotations
+
+from gpuslice.scheduler.state import ExtenderState, trim_node, trim_pod
+from .objects import NOW, Clock, assigned, node, pod
+
+
+def used(state: ExtenderState, uuid: str) -> int:
+    return next(u.memory_used_mib for u in state.cluster.gpu_usage() if u.gpu.uuid == uuid)
+
+
+def fresh(clock: Clock | None = None) -> ExtenderState:
+    return ExtenderState(timeout_s=30, clock=clock or Clock())
+
+
+def test_a_restart_rebuilds_the_same_usage_from_annotations_in_any_event_order():
+    events = [("node", node("n1")), ("pod", assigned(pod("a", mem=4096), "n1", ["GPU-n1-0"])),
+              ("pod", assigned(pod("b", mem=2048), "n1", ["GPU-n1-0"]))]
+    for order in (events, events[::-1]):
+        s = fresh()
+        for what, obj in order:
+            (s.on_node if what == "node" else s.on_pod)("ADDED", obj)
+        assert used(s, "GPU-n1-0") == 6144, "pods seen before their node count once it arrives"
+        assert s.waiting("n1") == 0
+
+
+def test_deleted_and_failed_pods_free_their_slices_at_once():
+    s = fresh()
+    s.on_node("ADDED", node("n1"))
+    a = assigned(pod("a"), "n1", ["GPU-n1-0"])
+    s.on_pod("ADDED", a)
+    s.on_pod("MODIFIED", {**a, "status": {"phase": "Failed"}})  # the kubelet rejected it
+    assert used(s, "GPU-n1-0") == 0
+    s.on_pod("ADDED", a)
+    s.on_pod("DELETED", a)
+    assert used(s, "GPU-n1-0") == 0
+
+
+def test_an_unbound_assignment_is_released_once_older_than_the_in_flight_timeout():
+    clock = Clock()
+    s = fresh(clock)
+    s.on_node("ADDED", node("n1"))
+    s.on_pod("ADDED", assigned(pod("a"), "n1", ["GPU-n1-0"], bound=False))
+    s.sweep()
+    assert used(s, "GPU-n1-0") == 4096, "a bind in progress holds its slice"
+    clock.t = NOW + 31
+    s.sweep()
+    assert used(s, "GPU-n1-0") == 0, "a bind that died mid-way must not hold GPUs for ever"
+
+
+def test_a_bound_pod_keeps_its_slice_after_the_in_flight_timeout_but_leaves_flight():
+    clock = Clock()
+    s = fresh(clock)
+    s.on_node("ADDED", node("n1"))
+    s.on_pod("ADDED", assigned(pod("a"), "n1", ["GPU-n1-0"]))
+    assert [f.key for f in s.flights("n1")] == ["default/a"]
+    clock.t = NOW + 31
+    s.sweep()
+    assert used(s, "GPU-n1-0") == 4096
+    assert s.flights("n1") == []
+
+
+def test_a_pod_leaves_flight_when_the_node_agent_marks_it_allocated():
+    s = fresh()
+    s.on_node("ADDED", node("n1"))
+    s.on_pod("ADDED", assigned(pod("a"), "n1", ["GPU-n1-0"]))
+    s.on_pod("MODIFIED", assigned(pod("a"), "n1", ["GPU-n1-0"], allocated="main"))
+    assert s.flights("n1") == []
+
+
+def test_over_committed_assignments_wait_and_the_node_is_reported():
+    s = fresh()
+    s.on_node("ADDED", node("n1", mem=8192))
+    s.on_pod("ADDED", assigned(pod("a", mem=6144), "n1", ["GPU-n1-0"]))
+    s.on_pod("ADDED", assigned(pod("b", mem=6144), "n1", ["GPU-n1-0"]))
+    assert s.waiting("n1") == 1, "the second pod cannot be counted: the node must be refused"
+    s.on_pod("DELETED", assigned(pod("a", mem=6144), "n1", ["GPU-n1-0"]))
+    assert s.waiting("n1") == 0 and used(s, "GPU-n1-0") == 6144, "b is counted once a left"
+
+
+def test_an_inventory_that_loses_a_gpu_keeps_its_pods_waiting_until_it_returns():
+    s = fresh()
+    s.on_node("ADDED", node("n1", gpus=2))
+    s.on_pod("ADDED", assigned(pod("a"), "n1", ["GPU-n1-1"]))
+    s.on_node("MODIFIED", node("n1", gpus=1))
+    assert s.waiting("n1") == 1
+    s.on_node("MODIFIED", node("n1", gpus=2))
+    assert s.waiting("n1") == 0 and used(s, "GPU-n1-1") == 4096
+
+
+def test_a_malformed_inventory_reads_as_no_inventory():
+    s = fresh()
+    bad = node("n1")
+    bad["metadata"]["annotations"]["gpuslice.io/inventory"] = '{"version": 1, "gpus": 7}'
+    s.on_node("ADDED", bad)
+    assert not s.has_inventory("n1") and s.cluster.nodes() == []
+
+
+def test_assume_holds_slices_before_the_watch_and_forget_gives_them_back():
+    s = fresh()
+    s.on_node("ADDED", node("n1"))
+    p = pod("a")
+    s.on_pod("ADDED", p)
+    a = assigned(p, "n1", ["GPU-n1-0"])
+    from gpuslice import codec
+    assignment = codec.decode_assignment(a["metadata"]["annotations"]["gpuslice.io/assignment"])
+    s.assume("default/a", "uid-a", assignment, None)
+    s.on_pod("MODIFIED", {**p, "status": {"phase": "Pending"}})  # an unrelated update
+    assert used(s, "GPU-n1-0") == 4096, "an older pod version must not undo the reservation"
+    s.forget("default/a")
+    assert used(s, "GPU-n1-0") == 0
+
+
+def test_trimmers_keep_only_what_placement_reads():
+    p = assigned(pod("a", annotations={"other.io/x": "y", "nvidia.com/use-gputype": "A10"}),
+                 "n1", ["GPU-n1-0"])
+    t = trim_pod(p)
+    assert set(t["metadata"]["annotations"]) == {"gpuslice.io/assignment", "gpuslice.io/bound-at",
+                                                 "nvidia.com/use-gputype"}
+    assert t["spec"]["containers"] == [{"name": "main",
+                                        "resources": p["spec"]["containers"][0]["resources"]}]
+    n = trim_node(node("n1"))
+    assert set(n["metadata"]) == {"name", "resourceVersion", "annotations"}
+    assert "status" not in n
