@@ -14,9 +14,10 @@ from gpuslice.scheduler import wire
 from gpuslice.scheduler.filter import UNACCOUNTED, Evaluator, filter_reply, unfit_message
 from gpuslice.scheduler.prioritize import prioritize_reply
 from gpuslice.scheduler.state import ExtenderState
+
 from .objects import Clock, assigned, node, pod
 
-SAMPLES = Path("/work/shared/wire-samples")
+SAMPLES = Path(__file__).parent / "samples"  # captured from kube-scheduler v1.36
 
 
 def evaluator(*nodes: dict, pods: tuple[dict, ...] = (), policy: str = "binpack") -> Evaluator:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuslice.scheduler.state import ExtenderState, trim_node, trim_pod
+
 from .objects import NOW, Clock, assigned, node, pod
 
 
