@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from gpuslice import dialects, handoff
-from gpuslice.errors import RequestError
+from gpuslice.errors import RequestError, brief
 
 __all__ = ["IDENTITY_ENV", "Decision", "Options", "Result", "admit", "pointer"]
 
@@ -43,7 +43,7 @@ IDENTITY_ENV: tuple[tuple[str, str | None], ...] = (
 _AGENT_ENV = re.compile(r"CUDA_DEVICE_MEMORY_LIMIT(_\d+)?|CUDA_DEVICE_MEMORY_SHARED_CACHE|"
                         r"CUDA_DEVICE_SM_LIMIT|CUDA_TASK_PRIORITY|NVIDIA_VISIBLE_DEVICES|"
                         r"GPUSLICE_(?!POD_UID$|POD_NAMESPACE$|POD_NAME$|CONTAINER_NAME$)\w*")
-_MAX_PROBLEMS = 50  # a denial stays readable however many containers are wrong
+_MAX_PROBLEMS, _MAX_LINE = 50, 300  # a denial stays readable however bad the pod is
 
 
 class Result(enum.StrEnum):
@@ -86,14 +86,10 @@ def pointer(*parts: str | int) -> str:
 
 
 def _deny(lines: list[str]) -> Decision:
+    lines = [line if len(line) <= _MAX_LINE else line[:_MAX_LINE - 3] + "..." for line in lines]
     if len(lines) > _MAX_PROBLEMS:
         lines = [*lines[:_MAX_PROBLEMS], f"... and {len(lines) - _MAX_PROBLEMS} more problems"]
     return Decision(result=Result.DENIED, why="invalid slice request", message="\n".join(lines))
-
-
-def _brief(value: object) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _labels(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -110,10 +106,10 @@ def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | Non
     if operation != "CREATE":
         return Decision(result=Result.ALLOWED, why=f"{operation}: GPU resources are immutable")
     if not isinstance(pod, Mapping):
-        return _deny([f"pod: {_brief(pod)}: not a Pod object; send the pod as JSON"])
+        return _deny([f"pod: {brief(pod)}: not a Pod object; send the pod as JSON"])
     meta = pod.get("metadata") or {}
     if not isinstance(meta, Mapping):
-        return _deny([f"pod: metadata={_brief(meta)}: not an object; give the pod metadata"])
+        return _deny([f"pod: metadata={brief(meta)}: not an object; give the pod metadata"])
     key, value = options.opt_out_key, options.opt_out_value
     if namespace_labels is not None and namespace_labels.get(key) == value:
         return Decision(result=Result.SKIPPED, why=f"namespace labelled {key}={value}")
@@ -151,7 +147,7 @@ def _tenant_problems(pod: Mapping[str, Any], meta: Mapping[str, Any]) -> list[st
     lists in slice containers that do not preset what the node agent sets."""
     problems = []
     if meta.get("labels") is not None and not isinstance(meta["labels"], Mapping):
-        problems.append(f"pod: metadata.labels={_brief(meta['labels'])}: not an object; map "
+        problems.append(f"pod: metadata.labels={brief(meta['labels'])}: not an object; map "
                         "label names to strings")
     spec = pod.get("spec")
     for key in ("initContainers", "containers"):
@@ -159,10 +155,11 @@ def _tenant_problems(pod: Mapping[str, Any], meta: Mapping[str, Any]) -> list[st
         for c in got if isinstance(got, list) else ():
             if not (isinstance(c, Mapping) and dialects.is_gpu_pod({"spec": {key: [c]}})):
                 continue
-            where = f"container {_brief(c.get('name'))}"
+            name = c.get("name")
+            where = f"container {json.dumps(name) if isinstance(name, str) else brief(name)}"
             env = c.get("env")
             if env is not None and not isinstance(env, list):
-                problems.append(f"{where}: env={_brief(env)}: not a list; give env as a list "
+                problems.append(f"{where}: env={brief(env)}: not a list; give env as a list "
                                 "of {name, value} entries")
             for entry in env if isinstance(env, list) else ():
                 var = entry.get("name") if isinstance(entry, Mapping) else None
