@@ -1,0 +1,17 @@
+"""A Kubernetes API server for tests, the fixtures that pick it or a real one, and a
+kube-scheduler stand-in. Not shipped: tests and benchmarks import it as `kubeapi` (tests/ is
+on sys.path under pytest; benchmarks add it).
+Open first: fixtures.py (what a test gets), then server.py.
+  server.py           KubeApiServer: the in-process server on its own thread (HTTP + HTTPS)
+  app.py              HTTP paths, verbs, watch streams;  store.py  objects, resourceVersions
+  objects.py          per-kind defaults/validation;  patches.py  merge, strategic, JSON patch
+  selectors.py        label/field selectors;  errors.py  Status bodies;  tables.py  kubectl
+  resources.py        the served types + discovery;  faults.py  fault injection
+  certs.py            CA, certificates, kubeconfig;  envtest.py  real kube-apiserver + etcd
+  scheduler_driver.py plays kube-scheduler against an HTTP extender
+Tests: tests/integration/kubeapi/"""
+
+from .faults import DUPLICATE_EVENTS, REORDERED_EVENTS, Faults
+from .server import KubeApiServer
+
+__all__ = ["DUPLICATE_EVENTS", "REORDERED_EVENTS", "Faults", "KubeApiServer"]

@@ -1,0 +1,229 @@
+"""A real control plane for the same tests: etcd + kube-apiserver (+ kube-scheduler) from
+KUBEBUILDER_ASSETS, the envtest convention (`setup-envtest use -p path 1.36.x`).
+Owns: finding the binaries, their command lines (loopback only, generated certificates,
+admin client certificate in system:masters, RBAC, ServiceAccount admission off as envtest
+does), start-up with readiness checks, a kubeconfig, emptying the cluster between tests, and
+starting kube-scheduler with a caller's KubeSchedulerConfiguration.
+On failure: EnvtestError with the command and the tail of the component's log. A folder
+without etcd or kube-apiserver is an error, not a silent fall-back to the in-process server.
+Tests: tests/integration/kubeapi/test_envtest_launch_plan.py (command lines, kubeconfig)"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .certs import Pki, make_pki, service_account_key, write_kubeconfig
+
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+SETUP_HINT = ("get them with `go install sigs.k8s.io/controller-runtime/tools/setup-envtest@latest"
+              " && export KUBEBUILDER_ASSETS=$(setup-envtest use -p path 1.36.x)`, or unset "
+              "KUBEBUILDER_ASSETS to use the in-process server")
+
+
+class EnvtestError(RuntimeError):
+    """The real control plane is misconfigured or did not start; the message says which."""
+
+
+@dataclass(frozen=True)
+class Assets:
+    folder: Path
+    etcd: Path
+    kube_apiserver: Path
+    kube_scheduler: Path | None
+
+
+def find_assets(value: str | None) -> Assets | None:
+    """None when KUBEBUILDER_ASSETS is unset or empty; EnvtestError when it is set but wrong."""
+    if not value:
+        return None
+    folder = Path(value)
+    missing = [n for n in ("etcd", "kube-apiserver") if not _executable(folder / n)]
+    if missing:
+        raise EnvtestError(f"KUBEBUILDER_ASSETS={value} has no executable "
+                           f"{' or '.join(missing)}; {SETUP_HINT}")
+    scheduler = folder / "kube-scheduler"
+    return Assets(folder, folder / "etcd", folder / "kube-apiserver",
+                  scheduler if _executable(scheduler) else None)
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and path.stat().st_mode & 0o111 != 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def etcd_command(assets: Assets, data_dir: Path, client_port: int, peer_port: int) -> list[str]:
+    client, peer = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+    return [str(assets.etcd), "--name=default", f"--data-dir={data_dir}",
+            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=default={peer}", "--unsafe-no-fsync=true"]
+
+
+def apiserver_command(assets: Assets, pki_files: dict[str, Path], sa_key: Path,
+                      cert_dir: Path, etcd_port: int, port: int) -> list[str]:
+    return [
+        str(assets.kube_apiserver), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
+        f"--cert-dir={cert_dir}", f"--tls-cert-file={pki_files['serving.crt']}",
+        f"--tls-private-key-file={pki_files['serving.key']}",
+        f"--client-ca-file={pki_files['ca.crt']}",
+        f"--service-account-issuer=https://127.0.0.1:{port}",
+        f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
+        "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
+        "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
+    ]
+
+
+def scheduler_command(assets: Assets, kubeconfig: Path, config: Path, port: int) -> list[str]:
+    if assets.kube_scheduler is None:
+        raise EnvtestError(f"{assets.folder} has no kube-scheduler; copy one there (same "
+                           "version as kube-apiserver) or use the scheduler driver")
+    return [str(assets.kube_scheduler), f"--config={config}", f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
+            f"--secure-port={port}", "--v=2"]
+
+
+@dataclass
+class Process:
+    name: str
+    command: list[str]
+    log: Path
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Process:
+        with self.log.open("wb") as out:
+            self.popen = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT)
+        return self
+
+    def failure(self, why: str) -> EnvtestError:
+        tail = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+        return EnvtestError(f"{self.name} {why}\ncommand: {' '.join(self.command)}\n"
+                            f"log ({self.log}):\n{tail}")
+
+    def stop(self) -> None:
+        if self.popen and self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+@dataclass
+class ControlPlane:
+    assets: Assets
+    workdir: Path
+    pki: Pki = field(default_factory=make_pki)
+    url: str = ""
+    version: str = ""
+    kubeconfig: Path = field(init=False)
+    processes: list[Process] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.kubeconfig = self.workdir / "kubeconfig"
+
+    def start(self, timeout: float = 60.0) -> ControlPlane:
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout: float) -> None:
+        files = self.pki.write(self.workdir / "pki")
+        sa_key = self.workdir / "pki" / "sa.key"
+        sa_key.write_bytes(service_account_key())
+        etcd_port, port = free_port(), free_port()
+        etcd = self._launch("etcd", etcd_command(self.assets, self.workdir / "etcd", etcd_port,
+                                                 free_port()))
+        self._wait(etcd, f"http://127.0.0.1:{etcd_port}/health", timeout, None)
+        api = self._launch("kube-apiserver", apiserver_command(
+            self.assets, files, sa_key, self.workdir / "apiserver-certs", etcd_port, port))
+        self.url = f"https://127.0.0.1:{port}"
+        self._wait(api, f"{self.url}/readyz", timeout, self._tls())
+        write_kubeconfig(self.kubeconfig, self.url, self.pki)
+        with urllib.request.urlopen(f"{self.url}/version", context=self._tls()) as r:
+            self.version = f"kube-apiserver {json.load(r)['gitVersion']}"
+
+    def start_scheduler(self, config: Path, timeout: float = 60.0) -> Process:
+        """Start kube-scheduler with `config` (a KubeSchedulerConfiguration whose
+        clientConnection.kubeconfig may be left out: --kubeconfig names ours)."""
+        port = free_port()
+        proc = self._launch("kube-scheduler", scheduler_command(
+            self.assets, self.kubeconfig, config, port))
+        insecure = ssl.create_default_context()
+        insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
+        self._wait(proc, f"https://127.0.0.1:{port}/healthz", timeout, insecure)
+        return proc
+
+    def _launch(self, name: str, command: list[str]) -> Process:
+        proc = Process(name, command, self.workdir / f"{name}.log").start()
+        self.processes.append(proc)
+        return proc
+
+    def _tls(self) -> ssl.SSLContext:
+        files = self.pki.write(self.workdir / "pki")
+        context = ssl.create_default_context(cafile=str(files["ca.crt"]))
+        context.load_cert_chain(files["admin.crt"], files["admin.key"])
+        return context
+
+    def _wait(self, proc: Process, url: str, timeout: float, tls: ssl.SSLContext | None) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.popen and proc.popen.poll() is not None:
+                raise proc.failure(f"exited with code {proc.popen.returncode}")
+            try:
+                with urllib.request.urlopen(url, timeout=2, context=tls) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise proc.failure(f"was not ready at {url} within {timeout:.0f} s")
+
+    def stop(self) -> None:
+        for proc in reversed(self.processes):
+            proc.stop()
+        self.processes.clear()
+
+    def reset(self) -> None:
+        """Delete what tests create, so each test starts from an empty cluster. Namespaces
+        stay Terminating on a real server without kube-controller-manager: tests should use
+        unique namespace names."""
+        from lightkube import Client, KubeConfig
+        from lightkube.resources.admissionregistration_v1 import (
+            MutatingWebhookConfiguration,
+            ValidatingWebhookConfiguration,
+        )
+        from lightkube.resources.coordination_v1 import Lease
+        from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Node, Pod
+
+        client = Client(config=KubeConfig.from_file(self.kubeconfig))
+        for res in (Pod, Event, Lease, ConfigMap):
+            for obj in client.list(res, namespace="*"):
+                ns, name = obj.metadata.namespace, obj.metadata.name
+                if res is not Pod and (ns == "kube-system" or name.startswith("apiserver-")
+                                       or name == "kube-root-ca.crt"):
+                    continue
+                client.delete(res, name, namespace=ns, grace_period=0)
+        for res in (Node, MutatingWebhookConfiguration, ValidatingWebhookConfiguration):
+            for obj in client.list(res):
+                client.delete(res, obj.metadata.name)
+        for ns in client.list(Namespace):
+            if ns.metadata.name not in SYSTEM_NAMESPACES and not ns.metadata.deletionTimestamp:
+                client.delete(Namespace, ns.metadata.name)

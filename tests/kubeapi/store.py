@@ -1,0 +1,408 @@
+"""The test API server's state: objects, one global resourceVersion, history, watchers.
+Owns: CRUD with preconditions (409 AlreadyExists / Conflict), graceful deletion and
+finalizers, the pod binding subresource, list at a resourceVersion (limit/continue), watches
+from a resourceVersion with selector-aware ADDED/MODIFIED/DELETED translation, and 410 Expired
+once a resourceVersion has fallen out of the history window (`history` events).
+Does not: speak HTTP (server.py) or validate kinds (objects.py).
+Invariants: a stored dict is never mutated (every write stores a new one), so reads, list
+results and queued watch events can share it; every write takes the next resourceVersion;
+all methods run on the server's event loop thread, so there are no locks.
+Tests: tests/integration/kubeapi/test_resource_versions_and_conflicts.py and friends"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import random
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from . import errors, objects
+from .patches import PatchError, json_patch, merge_patch, strategic_merge_patch
+from .resources import BY_PATH, ResourceType
+
+Obj = dict[str, Any]
+Key = tuple[str, str]  # (namespace or "", name)
+Matcher = Callable[[Obj], bool]
+
+PATCH_TYPES = {
+    "application/merge-patch+json": merge_patch,
+    "application/strategic-merge-patch+json": strategic_merge_patch,
+    "application/json-patch+json": json_patch,
+}
+NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+_SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's generateName alphabet
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Change:
+    """One write, as the history and the watchers see it (`prev` is None for ADDED)."""
+
+    rv: int
+    rt: ResourceType
+    type: str
+    obj: Obj
+    prev: Obj | None
+
+
+@dataclass(eq=False)
+class Watcher:
+    rt: ResourceType
+    namespace: str | None
+    matches: Matcher
+    queue: asyncio.Queue[tuple[str, Obj] | None] = field(default_factory=asyncio.Queue)
+
+    def translate(self, change: Change) -> tuple[str, Obj] | None:
+        """The event this watcher sees: an object leaving its selector is DELETED for it."""
+        now = self._sees(change.obj)
+        before = change.prev is not None and self._sees(change.prev)
+        if change.type == "DELETED":
+            return ("DELETED", change.obj) if now or before else None
+        if now:
+            return ("MODIFIED" if before else "ADDED", change.obj)
+        return ("DELETED", change.obj) if before else None
+
+    def _sees(self, obj: Obj) -> bool:
+        ns = obj["metadata"].get("namespace", "")
+        return (self.namespace is None or ns == self.namespace) and self.matches(obj)
+
+
+class Store:
+    def __init__(self, history: int = 1000) -> None:
+        self.rv = 0
+        self.compacted = 0  # writes up to this resourceVersion are no longer in `history`
+        self.history: deque[Change] = deque(maxlen=max(1, history))
+        self.objects: dict[tuple[str, str], dict[Key, Obj]] = {
+            rt.key: {} for rt in BY_PATH.values()}
+        self.watchers: set[Watcher] = set()
+        ns_type = BY_PATH[("", "v1", "namespaces")]
+        for name in NAMESPACES:
+            self.create(ns_type, None, {"metadata": {"name": name}})
+
+    # ---- reads ----------------------------------------------------------------------------
+
+    def get(self, rt: ResourceType, ns: str | None, name: str) -> Obj:
+        obj = self.objects[rt.key].get((ns or "", name))
+        if obj is None:
+            raise errors.not_found(rt, name)
+        return obj
+
+    def list(
+        self, rt: ResourceType, ns: str | None, matches: Matcher, *, rv: str | None = None,
+        rv_match: str | None = None, limit: int = 0, token: str | None = None,
+    ) -> tuple[list[Obj], str, str]:
+        """(items, resourceVersion of the list, continue token or "")."""
+        at, start = self.rv, ""
+        if token:
+            at, start = _decode_continue(token)
+            if at <= self.compacted and at != self.rv:
+                raise errors.expired("The provided continue parameter is too old to display a "
+                                     "consistent list result. You can start a new list without "
+                                     "the continue parameter.")
+        elif rv and rv_match == "Exact":
+            at = self._parse_rv(rv)
+            if at < self.compacted:
+                raise errors.expired(f"too old resource version: {at} ({self.compacted + 1})")
+            if at > self.rv:
+                raise errors.timeout(f"Too large resource version: {at}, current: {self.rv}")
+        elif rv and rv != "0" and self._parse_rv(rv) > self.rv:
+            raise errors.timeout(f"Too large resource version: {rv}, current: {self.rv}")
+        state = self._state_at(rt, at)
+        keys = sorted(k for k, o in state.items()
+                      if (ns is None or k[0] == ns) and matches(o) and (k[0], k[1]) > _key(start))
+        page = keys[:limit] if limit > 0 else keys
+        more = limit > 0 and len(keys) > limit
+        next_token = _encode_continue(at, page[-1]) if more else ""
+        return [state[k] for k in page], str(at), next_token
+
+    def _state_at(self, rt: ResourceType, at: int) -> dict[Key, Obj]:
+        current = self.objects[rt.key]
+        if at >= self.rv:
+            return current
+        state = dict(current)
+        for change in reversed(self.history):
+            if change.rv <= at:
+                break
+            if change.rt.key != rt.key:
+                continue
+            key = _obj_key(change.obj)
+            if change.prev is None:
+                state.pop(key, None)
+            else:
+                state[key] = change.prev
+        return state
+
+    def _parse_rv(self, rv: str) -> int:
+        try:
+            value = int(rv)
+        except ValueError:
+            raise errors.bad_request(f'invalid resource version "{rv}"') from None
+        if value < 0:
+            raise errors.bad_request(f'invalid resource version "{rv}"')
+        return value
+
+    # ---- watches --------------------------------------------------------------------------
+
+    def watch(
+        self, rt: ResourceType, ns: str | None, matches: Matcher, rv: str | None,
+        initial_events: bool = False,
+    ) -> tuple[Watcher, list[tuple[str, Obj]]]:
+        """Register a watcher; return it with the events it must send before live ones.
+        `rv` unset or "0" (or initial_events): synthetic ADDED for every matching object;
+        otherwise every change after `rv`, or 410 Expired if those are no longer kept."""
+        watcher = Watcher(rt, ns, matches)
+        backlog: list[tuple[str, Obj]] = []
+        if not rv or rv == "0" or initial_events:
+            items, _, _ = self.list(rt, ns, matches)
+            backlog = [("ADDED", o) for o in items]
+        else:
+            start = self._parse_rv(rv)
+            if start < self.compacted:
+                raise errors.expired(f"too old resource version: {start} ({self.compacted + 1})")
+            for change in self.history:
+                if change.rv > start and change.rt.key == rt.key:
+                    event = watcher.translate(change)
+                    if event:
+                        backlog.append(event)
+        self.watchers.add(watcher)
+        return watcher, backlog
+
+    def unwatch(self, watcher: Watcher) -> None:
+        self.watchers.discard(watcher)
+
+    def compact(self) -> None:
+        """Forget all history (as etcd compaction does): older resourceVersions get 410."""
+        self.compacted = self.rv
+        self.history.clear()
+
+    # ---- writes ---------------------------------------------------------------------------
+
+    def create(self, rt: ResourceType, ns: str | None, body: Obj, *, manager: str = "",
+               dry_run: bool = False) -> Obj:
+        meta = dict(body.get("metadata") or {})
+        if rt.namespaced:
+            meta["namespace"] = ns
+            if ("", ns) not in self.objects[("", "namespaces")]:
+                raise errors.not_found(BY_PATH[("", "v1", "namespaces")], ns or "")
+        else:
+            meta.pop("namespace", None)
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = self._generated_name(rt, ns, meta["generateName"])
+        for stale in ("resourceVersion", "uid", "deletionTimestamp", "deletionGracePeriodSeconds",
+                      "selfLink", "managedFields"):
+            meta.pop(stale, None)
+        obj = {**body, "apiVersion": rt.api_version, "kind": rt.kind, "metadata": meta}
+        obj = objects.prepare_create(rt, obj)
+        objects.validate(rt, obj)
+        key = (meta.get("namespace") or "", meta["name"])
+        if key in self.objects[rt.key]:
+            raise errors.already_exists(rt, meta["name"])
+        meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339())
+        if "spec" in obj or rt.kind == "Pod":
+            meta["generation"] = 1
+        obj["metadata"] = objects.with_managed_fields(meta, obj, manager, "Update")
+        if dry_run:
+            return obj
+        return self._write(rt, "ADDED", obj, None)
+
+    def update(self, rt: ResourceType, ns: str | None, name: str, body: Obj, *,
+               subresource: str = "", manager: str = "", dry_run: bool = False) -> Obj:
+        old = self.get(rt, ns, name)
+        meta = body.get("metadata") or {}
+        if meta.get("name", name) != name:
+            raise errors.bad_request(f"the name of the object ({meta.get('name')}) does not "
+                                     f"match the name on the URL ({name})")
+        want = meta.get("resourceVersion")
+        if want and want != old["metadata"]["resourceVersion"]:
+            raise errors.conflict(rt, name, errors.STALE)
+        return self._replace(rt, old, body, subresource, manager, dry_run)
+
+    def patch(self, rt: ResourceType, ns: str | None, name: str, content_type: str, patch: Any,
+              *, subresource: str = "", manager: str = "", dry_run: bool = False) -> Obj:
+        old = self.get(rt, ns, name)
+        apply = PATCH_TYPES.get(content_type)
+        if apply is None:
+            raise errors.unsupported_media_type(content_type)
+        try:
+            new = apply(old, patch)
+        except PatchError as e:
+            raise errors.invalid(rt, name, [("patch", "FieldValueInvalid", str(e))]) from None
+        if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
+            raise errors.bad_request(f"the patch turned {rt.kind} {name!r} into a non-object")
+        meta, old_meta = new["metadata"], old["metadata"]
+        if meta.get("resourceVersion") != old_meta["resourceVersion"] and meta.get(
+                "resourceVersion"):
+            raise errors.conflict(rt, name, errors.STALE)
+        if meta.get("uid", old_meta["uid"]) != old_meta["uid"]:
+            raise errors.conflict(rt, name, f"Precondition failed: UID in precondition: "
+                                            f"{meta['uid']}, UID in object meta: {old_meta['uid']}")
+        return self._replace(rt, old, new, subresource, manager, dry_run)
+
+    def delete(self, rt: ResourceType, ns: str | None, name: str, options: Obj) -> Obj:
+        old = self.get(rt, ns, name)
+        pre = options.get("preconditions") or {}
+        if pre.get("uid") and pre["uid"] != old["metadata"]["uid"]:
+            raise errors.conflict(rt, name, f"Precondition failed: UID in precondition: "
+                                            f"{pre['uid']}, UID in object meta: "
+                                            f"{old['metadata']['uid']}")
+        if pre.get("resourceVersion") and pre["resourceVersion"] != old["metadata"][
+                "resourceVersion"]:
+            raise errors.conflict(rt, name, f"Precondition failed: ResourceVersion in "
+                                            f"precondition: {pre['resourceVersion']}, "
+                                            f"ResourceVersion in object meta: "
+                                            f"{old['metadata']['resourceVersion']}")
+        if options.get("dryRun"):
+            return old
+        grace = objects.grace_period(rt, old, options.get("gracePeriodSeconds"))
+        meta = old["metadata"]
+        if not meta.get("finalizers") and not grace:
+            return self._remove(rt, old)
+        if meta.get("deletionTimestamp"):
+            return old  # already terminating: the kubelet or a finalizer's owner finishes it
+        stamped = {**meta, "deletionTimestamp": now_rfc3339(), "deletionGracePeriodSeconds": grace}
+        return self._write(rt, "MODIFIED", {**old, "metadata": stamped}, old)
+
+    def delete_collection(self, rt: ResourceType, ns: str | None, matches: Matcher,
+                          options: Obj) -> list[Obj]:
+        items, _, _ = self.list(rt, ns, matches)
+        return [self.delete(rt, o["metadata"].get("namespace"), o["metadata"]["name"], options)
+                for o in items]
+
+    def bind(self, ns: str, name: str, binding: Obj) -> None:
+        """POST pods/NAME/binding: set spec.nodeName once (409 if the pod is already bound)."""
+        pods = BY_PATH[("", "v1", "pods")]
+        meta = binding.get("metadata") or {}
+        target = binding.get("target") or {}
+        if meta.get("name") and meta["name"] != name:
+            raise errors.bad_request("name in URL does not match name in Binding object")
+        if target.get("kind", "Node") not in ("", "Node"):
+            raise errors.invalid(pods, name, [("target.kind", "FieldValueNotSupported",
+                                               f'Unsupported value: "{target["kind"]}": '
+                                               'supported values: "Node"')])
+        if not target.get("name"):
+            raise errors.invalid(pods, name, [("target.name", "FieldValueRequired",
+                                               "Required value")])
+        pod = self.get(pods, ns, name)
+        if meta.get("uid") and meta["uid"] != pod["metadata"]["uid"]:
+            raise errors.conflict(pods, name, f"Precondition failed: UID in precondition: "
+                                              f"{meta['uid']}, UID in object meta: "
+                                              f"{pod['metadata']['uid']}", "binding")
+        if pod["spec"].get("nodeName"):
+            raise errors.conflict(pods, name, f"pod {name} is already assigned to node "
+                                              f"\"{pod['spec']['nodeName']}\"", "binding")
+        if pod["metadata"].get("deletionTimestamp"):
+            raise errors.conflict(pods, name, f"pod {name} is being deleted, cannot be assigned "
+                                              "to a host", "binding")
+        new_meta = dict(pod["metadata"])
+        if meta.get("annotations"):
+            new_meta["annotations"] = {**(new_meta.get("annotations") or {}),
+                                       **meta["annotations"]}
+        status = dict(pod.get("status") or {})
+        status["conditions"] = [c for c in status.get("conditions") or []
+                                if c.get("type") != "PodScheduled"] + [{
+            "type": "PodScheduled", "status": "True", "lastProbeTime": None,
+            "lastTransitionTime": now_rfc3339()}]
+        spec = {**pod["spec"], "nodeName": target["name"]}
+        self._write(pods, "MODIFIED", {**pod, "metadata": new_meta, "spec": spec,
+                                       "status": status}, pod)
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _replace(self, rt: ResourceType, old: Obj, body: Obj, subresource: str, manager: str,
+                 dry_run: bool) -> Obj:
+        old_meta = old["metadata"]
+        new = objects.merge_subresource(rt, old, body, subresource)
+        meta = dict(new.get("metadata") or {})
+        for fixed in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp",
+                      "deletionGracePeriodSeconds", "generation", "resourceVersion"):
+            if fixed in old_meta:
+                meta[fixed] = old_meta[fixed]
+            else:
+                meta.pop(fixed, None)
+        new = {**new, "apiVersion": rt.api_version, "kind": rt.kind, "metadata": meta}
+        objects.check_update(rt, old, new)
+        objects.validate(rt, new)
+        if new.get("spec") != old.get("spec") and "generation" in meta:
+            meta["generation"] += 1
+        meta.pop("resourceVersion", None)
+        comparable = {**old, "metadata": {k: v for k, v in old_meta.items()
+                                          if k not in ("resourceVersion", "managedFields")}}
+        if {**new, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}} == \
+                comparable:
+            return old  # a no-op write keeps its resourceVersion and sends no event, as etcd
+        new["metadata"] = objects.with_managed_fields(meta, new, manager, "Update", subresource)
+        if dry_run:
+            return {**new, "metadata": {**new["metadata"], "resourceVersion": str(self.rv)}}
+        if meta.get("deletionTimestamp") and not meta.get("finalizers") and \
+                old_meta.get("finalizers"):
+            return self._remove(rt, new)
+        return self._write(rt, "MODIFIED", new, old)
+
+    def _remove(self, rt: ResourceType, old: Obj) -> Obj:
+        gone = self._write(rt, "DELETED", old, old)
+        if rt.kind == "Namespace":  # what the namespace controller does, at once
+            ns = old["metadata"]["name"]
+            for other in BY_PATH.values():
+                if other.namespaced:
+                    for key in [k for k in self.objects[other.key] if k[0] == ns]:
+                        self._write(other, "DELETED", self.objects[other.key][key],
+                                    self.objects[other.key][key])
+        return gone
+
+    def _write(self, rt: ResourceType, kind: str, obj: Obj, prev: Obj | None) -> Obj:
+        self.rv += 1
+        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self.rv)}}
+        key = _obj_key(obj)
+        if kind == "DELETED":
+            del self.objects[rt.key][key]
+        else:
+            self.objects[rt.key][key] = obj
+        change = Change(self.rv, rt, kind, obj, prev)
+        if len(self.history) == self.history.maxlen:
+            self.compacted = self.history[0].rv
+        self.history.append(change)
+        for watcher in list(self.watchers):
+            if watcher.rt.key == rt.key:
+                event = watcher.translate(change)
+                if event:
+                    watcher.queue.put_nowait(event)
+        return obj
+
+    def _generated_name(self, rt: ResourceType, ns: str | None, prefix: str) -> str:
+        for _ in range(16):
+            name = prefix[:58] + "".join(random.choice(_SUFFIX) for _ in range(5))
+            if (ns or "", name) not in self.objects[rt.key]:
+                return name
+        raise errors.already_exists(rt, prefix)
+
+
+def _obj_key(obj: Obj) -> Key:
+    return (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
+
+
+def _key(start: str) -> Key:
+    ns, _, name = start.partition("/")
+    return (ns, name)
+
+
+def _encode_continue(at: int, key: Key) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": at, "start": f"{key[0]}/{key[1]}"})
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def _decode_continue(token: str) -> tuple[int, str]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return int(data["rv"]), str(data["start"])
+    except (ValueError, KeyError, TypeError):
+        raise errors.bad_request(f"invalid continue token {token!r}") from None
+
