@@ -11,6 +11,7 @@ Tests: tests/unit/allocator/test_fit.py, test_fit_properties.py
 
 from __future__ import annotations
 
+from gpuslice.allocator.policies import GPU as GPU_POLICIES
 from gpuslice.allocator.policies import GpuPolicy
 from gpuslice.allocator.reasons import (
     CORES,
@@ -18,12 +19,13 @@ from gpuslice.allocator.reasons import (
     MEMORY,
     NO_HEALTHY,
     NO_SET,
+    SEARCH_CUT,
     SLOT,
     TOO_FEW,
     TYPE,
     UUID,
 )
-from gpuslice.allocator.search import Picks, place
+from gpuslice.allocator.search import MAX_SEARCH, Picks, place
 from gpuslice.allocator.usage import NodeSnapshot
 from gpuslice.errors import RequestError
 from gpuslice.model import EXCLUSIVE_CORES, GPU, ContainerKind, PodRequest, SliceRequest
@@ -158,7 +160,8 @@ class ReqPlan:
 class PodPlan:
     """A pod's requests, validated once, with its filter compiled. Raises RequestError."""
 
-    __slots__ = ("_models_cache", "_type_cache", "apps", "inits", "last", "nouse_types",
+    __slots__ = ("_models_cache", "_type_cache", "apps", "cut_short", "inits", "last",
+                 "nouse_types",
                  "nouse_uuids", "pod", "reqs", "simple", "typed", "use_types", "use_uuids",
                  "uuid_filter")
 
@@ -186,6 +189,7 @@ class PodPlan:
         self.inits = [rp for rp in self.reqs if rp.req.kind is ContainerKind.INIT]
         self.simple = len(self.reqs) == 1
         self.last: tuple[Picks, tuple[int, int]] | None = None
+        self.cut_short = False  # the last `place` ran out of search budget (search.py)
 
     def type_ok(self, model: str) -> bool:
         ok = self._type_cache.get(model)
@@ -227,7 +231,9 @@ class PodPlan:
         if self.simple or not self.reqs:
             return None
         self.last = place(s, self, gpu)
-        return NO_SET if self.last is None else None
+        if self.last is None:
+            return SEARCH_CUT if self.cut_short else NO_SET
+        return None
 
     def explain(self, s: NodeSnapshot, gpu: GpuPolicy | None = None) -> tuple[str, str]:
         for rp in self.reqs:
@@ -236,4 +242,8 @@ class PodPlan:
                 return e
         asks = ", ".join(f"{rp.req.container} {rp.count}x{rp.need_text()} {rp.cores}% cores"
                          for rp in self.reqs)
+        if len(self.reqs) > 1 and place(s, self, gpu or GPU_POLICIES["binpack"]) is None \
+                and self.cut_short:  # an infeasible pod searches alike under every policy
+            return SEARCH_CUT, (f"each container fits alone; no set for all together among the "
+                                f"{MAX_SEARCH} GPU sets searched, more may exist ({asks})")
         return NO_SET, f"each container fits alone but not all together ({asks})"

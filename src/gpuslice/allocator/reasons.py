@@ -29,7 +29,11 @@ SLOT = "no free GPU slot"
 MEMORY = "insufficient GPU memory"
 CORES = "insufficient GPU cores"
 NO_SET = "no GPU set fits all containers"
-REASONS = (NO_INVENTORY, TOO_FEW, NO_HEALTHY, TYPE, UUID, HELD, SLOT, MEMORY, CORES, NO_SET)
+SEARCH_CUT = "GPU set search cut short"
+"""Each container fits alone, and the bounded search (search.MAX_SEARCH GPU sets) found no set
+for all of them together before its budget ran out: a placement may exist beyond it."""
+REASONS = (NO_INVENTORY, TOO_FEW, NO_HEALTHY, TYPE, UUID, HELD, SLOT, MEMORY, CORES, NO_SET,
+           SEARCH_CUT)
 UNRESOLVABLE = frozenset({NO_INVENTORY, TOO_FEW, NO_HEALTHY, TYPE, UUID})
 """Reasons preemption cannot cure (the extender's failedAndUnresolvableNodes)."""
 RESOLVABLE = {r: r not in UNRESOLVABLE for r in REASONS}

@@ -5,7 +5,8 @@ sidecars, preferring GPUs where it adds nothing to the pod's footprint; the poli
 choice first, then a bounded backtracking search of at most MAX_SEARCH GPU sets), `build`.
 Does not: validate requests or word reasons (plan.py), keep usage (state.py).
 Invariants: a placement never over-commits (usage.py states the rule); the search finds a
-placement whenever one exists within its budget (property-tested).
+placement whenever one exists within its budget, and `plan.cut_short` says whether a failed
+search ran out of budget (then a placement may exist) or tried every distinct set (property-tested).
 Tests: tests/unit/allocator/test_search_properties.py
 """
 
@@ -31,8 +32,9 @@ if TYPE_CHECKING:
 
 MAX_SEARCH = 512
 """Most GPU sets `place` generates for one pod on one node after the policy's greedy choice
-fails; past it the node is rejected ("no GPU set fits all containers"). Enough to search
-every set exhaustively on nodes of up to 4 GPUs with up to 3 containers of 1-2 GPUs each."""
+fails; past it the node is rejected with reasons.SEARCH_CUT ("GPU set search cut short", not
+"no GPU set fits": one may exist beyond the budget). Enough to search every set exhaustively
+on nodes of up to 4 GPUs with up to 3 containers of 1-2 GPUs each."""
 
 Picks = dict[str, list[int]]
 """container name -> positions (in NodeInventory.gpus) of the GPUs chosen for it."""
@@ -49,8 +51,10 @@ def place(s: NodeSnapshot, plan: PodPlan, gpu: GpuPolicy) -> tuple[Picks, tuple[
     the app-phase containers, each level trying the policy's choice first, then other GPU
     sets in the policy's order, skipping sets equivalent to one tried (same capacity and usage
     GPU by GPU); inits are placed greedily at each leaf (they depend only on the sidecars, so
-    a failed init resumes at the last sidecar). At most MAX_SEARCH sets are generated.
+    a failed init resumes at the last sidecar). At most MAX_SEARCH sets are generated; when
+    that budget ends the search, `plan.cut_short` is True.
     """
+    plan.cut_short = False
     gpus = s.gpus
     n = len(gpus)
     if plan.typed or plan.uuid_filter:
@@ -64,7 +68,7 @@ def place(s: NodeSnapshot, plan: PodPlan, gpu: GpuPolicy) -> tuple[Picks, tuple[
     for i, rp in enumerate(plan.apps):
         cands = _candidates(s, elig, rp, a_mem, a_cores, a_slots, a_excl, None)
         if len(cands) < rp.count:  # the first container fails alone: nothing to search
-            return _search(s, plan, gpu, elig) if i and MAX_SEARCH > 0 else None
+            return _search_or_cut(s, plan, gpu, elig) if i else None
         picked = picks[rp.req.container] = [c[POS] for c in gpu.choose(cands, rp.count, gpus)]
         sidecar = rp.req.kind is ContainerKind.SIDECAR
         sidecars = sidecars or sidecar
@@ -83,7 +87,7 @@ def place(s: NodeSnapshot, plan: PodPlan, gpu: GpuPolicy) -> tuple[Picks, tuple[
     for rp in plan.inits:
         cands = _candidates(s, elig, rp, d_mem, d_cores, d_slots, d_excl, f_mem)
         if len(cands) < rp.count:  # an init depends on the sidecars only
-            return _search(s, plan, gpu, elig) if sidecars and MAX_SEARCH > 0 else None
+            return _search_or_cut(s, plan, gpu, elig) if sidecars else None
         picked = picks[rp.req.container] = [c[POS] for c in gpu.choose(cands, rp.count, gpus)]
         for p in picked:
             f_mem[p] = max(f_mem[p], d_mem[p] + rp.need(gpus[p]))
@@ -114,6 +118,15 @@ def _candidates(s: NodeSnapshot, elig: Sequence[int], rp: ReqPlan, mem: list[int
         pre = 0 if fp is None else max(0, mem[p] + need - fp[p])
         cands.append((pre, fm, fc, g.index, p))
     return cands
+
+
+def _search_or_cut(s: NodeSnapshot, plan: PodPlan, gpu: GpuPolicy,
+                   elig: Sequence[int]) -> tuple[Picks, tuple[int, int]] | None:
+    """`_search`, or with no budget at all (MAX_SEARCH <= 0) a search cut short at once."""
+    if MAX_SEARCH > 0:
+        return _search(s, plan, gpu, elig)
+    plan.cut_short = True
+    return None
 
 
 def _search(s: NodeSnapshot, plan: PodPlan, gpu: GpuPolicy,
@@ -191,6 +204,7 @@ def _search(s: NodeSnapshot, plan: PodPlan, gpu: GpuPolicy,
         for combo in combinations(gpu.choose(cands, len(cands), gpus), rp.count):
             budget[0] -= 1
             if budget[0] < 0:
+                plan.cut_short = True
                 return -1
             key = tuple(sorted(sig(c[POS]) for c in combo))
             if key in seen:

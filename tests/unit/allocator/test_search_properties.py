@@ -24,7 +24,7 @@ from gpuslice.allocator import AllocationError, ClusterState, parse_policy, sear
 from gpuslice.allocator.gate import Gate
 from gpuslice.allocator.plan import PodPlan
 from gpuslice.allocator.policies import GpuPolicy
-from gpuslice.allocator.reasons import NO_SET
+from gpuslice.allocator.reasons import NO_SET, SEARCH_CUT
 from gpuslice.allocator.usage import NodeTable
 from gpuslice.model import (
     EXCLUSIVE_CORES,
@@ -247,6 +247,31 @@ def test_on_tight_small_nodes_the_search_matches_brute_force_where_greedy_misses
     assert missed >= 5, f"only {missed} cases needed the search; the sweep must exercise it"
 
 
+def test_a_search_cut_short_by_its_budget_never_claims_that_no_gpu_set_fits():
+    rng = random.Random(11)
+    seen = Counter()
+    for _ in range(1500):
+        st_, p, pname = _tight_case(rng)
+        exists = _brute_force_fits(st_, p, "n")
+        saved, search.MAX_SEARCH = search.MAX_SEARCH, rng.randint(0, 6)
+        try:
+            fr = st_.filter(p, parse_policy(pname))
+            explained = PodPlan(p).explain(st_.snapshot("n"), parse_policy(pname).gpu)[0]
+        finally:
+            search.MAX_SEARCH = saved
+        reason = fr.failed["n"].reason if "n" in fr.failed else "fits"
+        seen[reason] += 1
+        if reason == NO_SET:
+            assert not exists, f"{p} fits {pname}, yet the search said no GPU set does"
+        if reason in (NO_SET, SEARCH_CUT):
+            assert explained == reason, "the node's detail agrees with its reason"
+        if reason == SEARCH_CUT:  # with the full budget these small nodes search exhaustively
+            full = st_.filter(p, parse_policy(pname))
+            assert ("n" in full.fits) == exists
+            assert exists or full.failed["n"].reason == NO_SET
+    assert seen[SEARCH_CUT] >= 20 and seen[NO_SET] >= 20, seen
+
+
 def _greedy_trap() -> tuple[ClusterState, PodRequest]:
     """Binpack puts `a` on the GPU with least memory left; only that GPU has cores for `b`."""
     st_ = state(node("n", 2, mem=10000))
@@ -267,7 +292,8 @@ def test_the_search_stops_at_its_bound_and_then_rejects_the_node():
     st_, p = _greedy_trap()
     with greedy_only():
         fr = st_.filter(p, parse_policy("binpack"))
-    assert fr.failed["n"].reason == NO_SET, "with no search budget only the greedy set is tried"
+    assert fr.failed["n"].reason == SEARCH_CUT, (
+        "with no search budget only the greedy set is tried, and the reason says so")
 
 
 class _Counting:
@@ -295,7 +321,7 @@ def test_an_infeasible_pod_on_a_wide_node_is_rejected_after_bounded_work():
     # alone, and `mid1` x `mid2` offer C(16,4)^2 = 3.3 million pairs of GPU sets to try
     p = pod(req("all", mem=1000, count=16), req("mid1", mem=100, count=4),
             req("mid2", mem=100, count=4), req("big", mem=9000))
-    assert st_.filter(p, parse_policy("binpack")).failed["n"].reason == NO_SET
+    assert st_.filter(p, parse_policy("binpack")).failed["n"].reason == SEARCH_CUT
     counting = _Counting()
     assert search.place(st_.snapshot("n"), PodPlan(p), counting) is None
     assert counting.calls <= 2 * (search.MAX_SEARCH + 4), \
