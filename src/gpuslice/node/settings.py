@@ -1,0 +1,96 @@
+"""The node agent's configuration: one validated file (+ GPUSLICE_NODE_* env, + flags).
+
+Owns: the schema `NodeConfig` (every key, its default and meaning; docs/node-agent.md lists
+them) and `load()`. Precedence (config.load): defaults < YAML file < GPUSLICE_NODE_<KEY>
+(nested: GPUSLICE_NODE_WATCHDOG__KILL) < command-line flags.
+Failure: ConfigError naming the file or variable and the key (exit 1), at start.
+Tests: tests/unit/node/test_settings.py
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from gpuslice import config, handoff
+from gpuslice.errors import ConfigError
+
+__all__ = ["NodeConfig", "WatchdogConfig", "load"]
+
+
+class WatchdogConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    interval_seconds: float = msgspec.field(name="intervalSeconds", default=5.0)
+    kill: bool = False  # SIGKILL violators (else report only)
+    tolerance_mib: int = msgspec.field(name="toleranceMiB", default=16)
+    unmanaged: bool = True  # report processes on shared GPUs that run without the library
+    region_grace_seconds: float = msgspec.field(name="regionGraceSeconds", default=300.0)
+
+
+class NodeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    node_name: str = msgspec.field(name="nodeName", default="")
+    kubeconfig: str | None = None
+    gpu_backend: str = msgspec.field(name="gpuBackend", default="nvml")
+    device_plugin_dir: str = msgspec.field(name="devicePluginDir",
+                                           default="/var/lib/kubelet/device-plugins")
+    pod_resources_socket: str = msgspec.field(
+        name="podResourcesSocket", default="/var/lib/kubelet/pod-resources/kubelet.sock")
+    state_dir: str = msgspec.field(name="stateDir", default="/var/lib/gpuslice")
+    resources: list[str] = msgspec.field(
+        default_factory=lambda: list(handoff.DEVICE_RESOURCES.values()))
+    # per-node overrides of what the inventory says
+    split_count: int = msgspec.field(name="splitCount", default=10)
+    memory_scaling: float = msgspec.field(name="memoryScaling", default=1.0)
+    hide_gpus: list[str] = msgspec.field(name="hideGPUs", default_factory=list)
+    # what containers get
+    cdi: bool = False
+    compute_mode: Literal["hard", "work-conserving"] = msgspec.field(name="computeMode",
+                                                                     default="hard")
+    container_library_path: str = msgspec.field(name="containerLibraryPath",
+                                                default="/usr/local/gpuslice/lib/libgpuslice.so")
+    container_region_dir: str = msgspec.field(name="containerRegionDir",
+                                              default="/var/run/gpuslice")
+    # timing
+    inflight_timeout_seconds: float = msgspec.field(name="inflightTimeoutSeconds", default=120.0)
+    inventory_interval_seconds: float = msgspec.field(name="inventoryIntervalSeconds",
+                                                      default=300.0)
+    pod_resync_seconds: float = msgspec.field(name="podResyncSeconds", default=30.0)
+    verify_interval_seconds: float = msgspec.field(name="verifyIntervalSeconds", default=10.0)
+    xid_recovery_seconds: float = msgspec.field(name="xidRecoverySeconds", default=300.0)
+    health_interval_seconds: float = msgspec.field(name="healthIntervalSeconds", default=5.0)
+    watchdog: WatchdogConfig = msgspec.field(default_factory=WatchdogConfig)
+    # service
+    metrics_address: str = msgspec.field(name="metricsAddress", default="0.0.0.0:9400")
+    log_level: str = msgspec.field(name="logLevel", default="info")
+
+
+def _check(c: NodeConfig, where: str) -> None:
+    problems = []
+    if not c.node_name:
+        problems.append("nodeName: empty; pass --node-name (in a DaemonSet: the downward API's "
+                        "spec.nodeName into GPUSLICE_NODE_NODE_NAME)")
+    if not 1 <= c.split_count <= 1000:
+        problems.append(f"splitCount={c.split_count}: use 1..1000 slices per GPU")
+    if not 0 < c.memory_scaling <= 10:
+        problems.append(f"memoryScaling={c.memory_scaling}: use a factor in (0, 10]; 1 = the "
+                        "GPU's real memory")
+    unknown = [r for r in c.resources if r not in handoff.REPLICAS_PER_GPU]
+    if unknown or not c.resources:
+        problems.append(f"resources={c.resources}: use some of "
+                        f"{', '.join(handoff.REPLICAS_PER_GPU)}")
+    port = c.metrics_address.rpartition(":")[2]
+    if not port.isdigit() or not 0 <= int(port) < 65536:
+        problems.append(f"metricsAddress={c.metrics_address!r}: use HOST:PORT, e.g. 0.0.0.0:9400")
+    for key in ("inflight_timeout_seconds", "inventory_interval_seconds", "pod_resync_seconds",
+                "verify_interval_seconds", "health_interval_seconds"):
+        if getattr(c, key) <= 0:
+            problems.append(f"{key}: must be above 0")
+    if problems:
+        raise ConfigError("\n".join(f"{where}: {p}" for p in problems))
+
+
+def load(path: str | None, flags: dict[str, Any] | None = None,
+         environ: dict[str, str] | None = None) -> NodeConfig:
+    c = config.load(NodeConfig, path, env_prefix="GPUSLICE_NODE", flags=flags, environ=environ)
+    _check(c, f"config {path}" if path else "config")
+    return c
