@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -31,29 +32,33 @@ from gpuslice.errors import CommandNotFound, EnvironmentProblem, GpusliceError, 
 __all__ = ["DeviceView", "ProcessView", "Region", "driver_problem", "library_path", "run_command",
            "shim_command", "top_command"]
 
-# ---- layout (native/include/gpuslice/region.h, GS_REGION_VERSION 1) ----
+# ---- layout (native/include/gpuslice/region.h, GS_REGION_VERSION 2) ----
 MAGIC = 0x4543494C53555047  # b"GPUSLICE" little-endian
-VERSION = 1
+VERSION = 2
 HEADER_SIZE, DEVICE_SIZE, SLOT_SIZE = 4096, 512, 384
 MAX_DEVICES, MAX_SLOTS = 16, 1024
 DEVICES_OFFSET = HEADER_SIZE
 SLOTS_OFFSET = DEVICES_OFFSET + MAX_DEVICES * DEVICE_SIZE
 REGION_SIZE = SLOTS_OFFSET + MAX_SLOTS * SLOT_SIZE
-_HEADER = struct.Struct("<QIIIIIIIiiIQQiIQ")  # magic .. total_size (80 bytes)
-_DEVICE = struct.Struct("<64sQQ")  # uuid, limit, context_bytes
+# magic .. total_size (80 bytes), index_limit[16], pid_ns, default_limit, device_lock
+_HEADER = struct.Struct(f"<QIIIIIIIiiIQQiIQ{MAX_DEVICES}QQQi")
+_DEVICE = struct.Struct("<64sQQII")  # uuid, limit, context_bytes, state, index
+DEVICE_READY = 1
+REGION_UUID_LIST = 1  # header flag: devices fixed by GPUSLICE_DEVICE_UUIDS
 # pid, state, start_time, used, pending, nvml_pid
 _SLOT = struct.Struct(f"<iIQ{MAX_DEVICES}Q{MAX_DEVICES}QI")
 _COMPUTE_PROC = struct.Struct("<QQQQqQ")  # busy, throttle, launches, throttled, inflight, last
-SLOT_STATES = {0: "free", 1: "live", 2: "reclaiming"}
+SLOT_STATES = {0: "free", 1: "live", 2: "reclaiming"}  # low byte; a reclaimer's pid above it
 SLOT_LIVE = 1
 _COMPUTE_PROC_OFFSET = 288
 LIBRARY_ENV = "GPUSLICE_LIBRARY"
 
 
 def default_region_path() -> Path:
-    """The library's default: CUDA_DEVICE_MEMORY_SHARED_CACHE, else /tmp/gpuslice-<uid>.region."""
+    """The library's default: CUDA_DEVICE_MEMORY_SHARED_CACHE, else /tmp/gpuslice.region (no uid:
+    every uid of a container shares one cap)."""
     env = os.environ.get("CUDA_DEVICE_MEMORY_SHARED_CACHE")
-    return Path(env) if env else Path(f"/tmp/gpuslice-{os.getuid()}.region")
+    return Path(env) if env else Path("/tmp/gpuslice.region")
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -88,7 +93,9 @@ def pid_alive(pid: int, start_time: int) -> bool:
 
 @dataclass(frozen=True)
 class DeviceView:
-    """One device block: limit and the container's total (used + pending over live slots)."""
+    """One device entry (a GPU, keyed by UUID): limit and the container's total (used + pending
+    over live slots). `index` is the entry; `device_index` the container device index its limit
+    came from (GPUSLICE_DEVICE_UUIDS order, or the ordinal of the first process that used it)."""
 
     index: int
     uuid: str
@@ -96,11 +103,13 @@ class DeviceView:
     context_bytes: int
     used: int = 0
     pending: int = 0
+    device_index: int = 0
 
 
 @dataclass(frozen=True)
 class ProcessView:
-    """One claimed slot. `alive` is None when liveness was not checked (other pid namespace)."""
+    """One claimed slot. `alive` is None when liveness was not checked (other pid namespace).
+    `used`/`pending` are indexed by device entry (DeviceView.index), not by CUDA ordinal."""
 
     slot: int
     pid: int
@@ -112,6 +121,48 @@ class ProcessView:
     gpu_busy_ns: int = 0
     throttle_ns: int = 0
     nvml_pid: int = 0  # the pid NVML lists it under, as the process sees it; 0 unknown
+
+
+def _read_region_file(p: Path) -> bytes:
+    """The region's bytes, for files a container controls: never follows a symlink, never opens
+    a FIFO or device (O_PATH, then fstat), reads no more than the header-declared size."""
+    try:
+        handle = os.open(p, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ShimError(f"region {p}: no such file; start a process under libgpuslice first "
+                        "(`gpuslice run ...`) or pass --region PATH") from None
+    except OSError as exc:
+        raise ShimError(f"region {p}: cannot open: {exc.strerror}; check the path") from None
+    try:
+        st = os.fstat(handle)
+        if stat.S_ISLNK(st.st_mode):  # O_PATH | O_NOFOLLOW opens the link itself
+            raise ShimError(f"region {p}: a symbolic link (never followed); pass the real path")
+        if not stat.S_ISREG(st.st_mode):
+            raise ShimError(f"region {p}: not a regular file (mode {st.st_mode:o}); a region is a "
+                            "file the library creates; check the path")
+        if st.st_size > REGION_SIZE:
+            raise ShimError(f"region {p}: {st.st_size} bytes, more than a region ({REGION_SIZE}); "
+                            "not a gpuslice region of this version")
+        try:
+            fd = os.open(f"/proc/self/fd/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise ShimError(f"region {p}: cannot read: {exc.strerror}; check permissions") from None
+    finally:
+        os.close(handle)
+    try:
+        head = os.pread(fd, HEADER_SIZE, 0)
+        declared = _HEADER.unpack_from(head, 0)[15] if len(head) >= _HEADER.size else len(head)
+        size = min(declared, REGION_SIZE)
+        chunks, got = [head[:size]], min(len(head), size)
+        while got < size:
+            chunk = os.pread(fd, size - got, got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -128,20 +179,15 @@ class Region:
     creator_pid: int
     devices: tuple[DeviceView, ...]
     processes: tuple[ProcessView, ...] = field(default=())
+    index_limits: tuple[int, ...] = ()  # limit by container device index (0..15)
+    uuid_list: bool = False  # devices fixed by GPUSLICE_DEVICE_UUIDS (others are refused)
 
     @classmethod
     def read(cls, path: str | os.PathLike[str], *, check_alive: bool = True) -> Region:
         """Parse the file; `check_alive=False` when reading from another pid namespace (node agent):
         every live slot then counts, as the library would count it until it is reclaimed."""
         p = Path(path)
-        try:
-            data = p.read_bytes()
-        except FileNotFoundError:
-            raise ShimError(f"region {p}: no such file; start a process under libgpuslice first "
-                            "(`gpuslice run ...`) or pass --region PATH") from None
-        except OSError as exc:
-            raise ShimError(f"region {p}: cannot read: {exc.strerror}; check permissions") from None
-        return cls.parse(data, path=p, check_alive=check_alive)
+        return cls.parse(_read_region_file(p), path=p, check_alive=check_alive)
 
     @classmethod
     def parse(cls, data: bytes, *, path: Path, check_alive: bool = True) -> Region:
@@ -150,8 +196,8 @@ class Region:
             raise ShimError(f"region {path}: {len(data)} bytes, too short for a gpuslice region; "
                             "check the path")
         (magic, version, header_size, device_size, slot_size, max_devices, max_slots, device_count,
-         sm_limit, compute_mode, slot_hwm, _last_reclaim, created, creator, _r0,
-         total_size) = _HEADER.unpack_from(data, 0)
+         sm_limit, compute_mode, slot_hwm, _last_reclaim, created, creator, flags,
+         total_size, *rest) = _HEADER.unpack_from(data, 0)
         if magic != MAGIC:
             raise ShimError(f"region {path}: not a gpuslice region (magic {magic:#x}); "
                             "check the path")
@@ -167,14 +213,19 @@ class Region:
         live = [pr for pr in procs if pr.state == "live" and pr.alive is not False]
         devices = []
         for i in range(MAX_DEVICES):
-            uuid, limit, ctx = _DEVICE.unpack_from(data, DEVICES_OFFSET + i * DEVICE_SIZE)
+            uuid, limit, ctx, state, index = _DEVICE.unpack_from(
+                data, DEVICES_OFFSET + i * DEVICE_SIZE)
+            ready = state == DEVICE_READY
             devices.append(DeviceView(
-                index=i, uuid=uuid.split(b"\0", 1)[0].decode("ascii", "replace"), limit=limit,
-                context_bytes=ctx, used=sum(pr.used[i] for pr in live),
-                pending=sum(pr.pending[i] for pr in live)))
+                index=i, uuid=uuid.split(b"\0", 1)[0].decode("ascii", "replace") if ready else "",
+                limit=limit if ready else 0, context_bytes=ctx,
+                used=sum(pr.used[i] for pr in live), pending=sum(pr.pending[i] for pr in live),
+                device_index=index))
         return cls(path=path, version=version, device_count=device_count, sm_limit=sm_limit,
                    compute_mode=compute_mode, slot_hwm=slot_hwm, created_unix_s=created,
-                   creator_pid=creator, devices=tuple(devices), processes=tuple(procs))
+                   creator_pid=creator, devices=tuple(devices), processes=tuple(procs),
+                   index_limits=tuple(rest[:MAX_DEVICES]),
+                   uuid_list=bool(flags & REGION_UUID_LIST))
 
     @staticmethod
     def _slots(data: bytes, count: int, check_alive: bool) -> list[ProcessView]:
@@ -183,22 +234,28 @@ class Region:
             off = SLOTS_OFFSET + i * SLOT_SIZE
             fields = _SLOT.unpack_from(data, off)
             pid, state, start = fields[:3]
-            if pid == 0:
+            if pid == 0 and state & 0xFF != 2:
                 continue
             busy, throttle, *_ = _COMPUTE_PROC.unpack_from(data, off + _COMPUTE_PROC_OFFSET)
             out.append(ProcessView(
-                slot=i, pid=pid, state=SLOT_STATES.get(state, f"unknown({state})"),
+                slot=i, pid=pid, state=SLOT_STATES.get(state & 0xFF, f"unknown({state})"),
                 start_time=start, alive=pid_alive(pid, start) if check_alive else None,
                 used=tuple(fields[3:3 + MAX_DEVICES]),
                 pending=tuple(fields[3 + MAX_DEVICES:3 + 2 * MAX_DEVICES]),
                 gpu_busy_ns=busy, throttle_ns=throttle, nvml_pid=fields[-1]))
         return out
 
+    def by_uuid(self) -> dict[str, DeviceView]:
+        """Device entries of GPUs seen so far, keyed by GPU UUID (what the node agent joins on)."""
+        return {d.uuid: d for d in self.devices if d.uuid}
+
     def limited_devices(self) -> list[DeviceView]:
-        """What `top` shows: devices a CUDA process has seen (UUID recorded) or with usage; before
-        any process ran, the devices that have a limit."""
+        """What `top` shows: GPUs that have an entry (UUID recorded) or usage; before any process
+        ran, the configured limits by device index (no UUID yet)."""
         seen = [d for d in self.devices if d.uuid or d.used or d.pending]
-        return seen or [d for d in self.devices[:max(self.device_count, 1)] if d.limit]
+        return seen or [DeviceView(index=i, uuid="", limit=lim, context_bytes=0, device_index=i)
+                        for i, lim in enumerate(self.index_limits[:max(self.device_count, 1)])
+                        if lim]
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict for `gpuslice top --json` and the node agent's exporter."""
@@ -206,7 +263,8 @@ class Region:
             "path": str(self.path), "version": self.version, "sm_limit": self.sm_limit,
             "compute_mode": "work-conserving" if self.compute_mode == 1 else "hard",
             "devices": [{"index": d.index, "uuid": d.uuid, "limit": d.limit, "used": d.used,
-                         "pending": d.pending, "context_bytes": d.context_bytes}
+                         "pending": d.pending, "context_bytes": d.context_bytes,
+                         "device_index": d.device_index}
                         for d in self.limited_devices()],
             "processes": [{"slot": p.slot, "pid": p.pid, "nvml_pid": p.nvml_pid,
                            "state": p.state, "alive": p.alive,

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -31,10 +33,11 @@ def region_bytes(*, limits: dict[int, int], slots: list[tuple[int, int, int, dic
     struct.pack_into("<QIIIIIIIiiIQQiIQ", buf, 0, magic, version, shim.HEADER_SIZE,
                      shim.DEVICE_SIZE, shim.SLOT_SIZE, shim.MAX_DEVICES, shim.MAX_SLOTS,
                      max(limits, default=-1) + 1, 0, 0, len(slots), 0, 0, 1, 0, shim.REGION_SIZE)
-    for dev, limit in limits.items():
+    for dev, limit in limits.items():  # an entry per limit, as GPUSLICE_DEVICE_UUIDS makes them
         uuid = (uuids or {}).get(dev, "").encode()
-        struct.pack_into("<64sQQ", buf, shim.DEVICES_OFFSET + dev * shim.DEVICE_SIZE, uuid, limit,
-                         0)
+        struct.pack_into("<Q", buf, 80 + 8 * dev, limit)  # index_limit[dev]
+        struct.pack_into("<64sQQII", buf, shim.DEVICES_OFFSET + dev * shim.DEVICE_SIZE, uuid,
+                         limit, 0, shim.DEVICE_READY, dev)
     for i, (pid, state, start, used) in enumerate(slots):
         vals = [used.get(d, 0) for d in range(shim.MAX_DEVICES)]
         struct.pack_into(f"<iIQ{shim.MAX_DEVICES}Q", buf, shim.SLOTS_OFFSET + i * shim.SLOT_SIZE,
@@ -96,6 +99,61 @@ def test_unusable_files_raise_shim_error_naming_the_problem(tmp_path: Path, case
     path.write_bytes(data)
     with pytest.raises(ShimError, match=message):
         shim.Region.read(path)
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _symlink_to_a_region(path: Path) -> None:
+    real = path.with_name("real")
+    real.write_bytes(region_bytes(limits={0: MiB}, slots=[]))
+    path.symlink_to(real)
+
+
+def _oversized(path: Path) -> None:
+    path.write_bytes(region_bytes(limits={0: MiB}, slots=[]) + b"\0" * (1 << 20))
+
+
+def _device(path: Path) -> None:
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 5))  # /dev/zero: endless reads
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    pytest.param(_fifo, "not a regular file", id="a FIFO (would block a plain read)"),
+    pytest.param(_symlink_to_a_region, "symbolic link", id="a symlink, even to a region"),
+    pytest.param(_oversized, "more than a region", id="an oversized file"),
+    pytest.param(_device, "not a regular file", id="a device (endless)"),
+])
+def test_files_a_container_controls_are_refused_without_blocking_or_reading_them(
+        tmp_path: Path, make: Any, message: str) -> None:
+    # The node agent reads regions that containers can replace: nothing may hang or exhaust it.
+    path = tmp_path / "region"
+    try:
+        make(path)
+    except PermissionError:
+        pytest.skip("creating a device node needs root")
+    with pytest.raises(ShimError, match=message):
+        shim.Region.read(path)
+
+
+def test_only_the_header_declared_size_is_read(tmp_path: Path) -> None:
+    data = bytearray(region_bytes(limits={0: MiB}, slots=[]))
+    struct.pack_into("<Q", data, 72, 8192)  # header claims a smaller region: never read past it
+    path = tmp_path / "r"
+    path.write_bytes(bytes(data))
+    with pytest.raises(ShimError, match="8192 bytes, expected"):
+        shim.Region.read(path)
+
+
+def test_devices_are_keyed_by_gpu_uuid_for_the_node_agent(tmp_path: Path) -> None:
+    data = region_bytes(limits={0: 2 * MiB, 1: 4 * MiB}, uuids={0: "GPU-b", 1: "GPU-a"}, slots=[
+        (os.getpid(), shim.SLOT_LIVE, own_start_time(), {1: MiB})])
+    region = shim.Region.parse(data, path=tmp_path / "r")
+    by_uuid = region.by_uuid()
+    assert (by_uuid["GPU-a"].limit, by_uuid["GPU-a"].used) == (4 * MiB, MiB), "entry 1 is GPU-a"
+    assert by_uuid["GPU-b"].used == 0 and region.index_limits[:2] == (2 * MiB, 4 * MiB)
+    assert region.to_json()["devices"][1]["device_index"] == 1, "the index its limit came from"
 
 
 def test_a_missing_region_says_how_to_get_one(tmp_path: Path) -> None:

@@ -9,7 +9,10 @@
  *
  * Protocol (no locks a dead process can hold): a process owns one slot (CAS pid 0 -> own pid),
  * publishes pending bytes before allocating, then moves them to used. Totals are derived by
- * summing live slots, so nothing drifts; dead slots are reclaimed by CAS on `state`. */
+ * summing live slots, so nothing drifts; dead slots are reclaimed by CAS on `state`.
+ * Devices are keyed by GPU UUID, never by CUDA ordinal: a device entry is written at creation
+ * from GPUSLICE_DEVICE_UUIDS, or by the first process that uses that GPU while it holds
+ * `device_lock` (its pid; a dead holder's lock is taken over); slot counters are indexed by entry. */
 #ifndef GPUSLICE_REGION_H
 #define GPUSLICE_REGION_H
 
@@ -19,7 +22,7 @@
 #include "compute_shared.h"
 
 #define GS_REGION_MAGIC 0x4543494c53555047ull /* "GPUSLICE" little-endian */
-#define GS_REGION_VERSION 1u
+#define GS_REGION_VERSION 2u
 #define GS_REGION_MAX_DEVICES 16
 #define GS_REGION_MAX_SLOTS 1024
 #define GS_REGION_UUID_LEN 64
@@ -27,8 +30,17 @@
 enum gs_slot_state {
     GS_SLOT_FREE = 0,       /* unused (pid may be set while its owner is claiming it) */
     GS_SLOT_LIVE = 1,       /* counted: pid + start_time identify the owner */
-    GS_SLOT_RECLAIMING = 2, /* a process is clearing a dead owner's slot */
+    GS_SLOT_RECLAIMING = 2, /* low byte; bits 8.. hold the clearing process's pid (taken over if it died) */
 };
+#define GS_SLOT_RECLAIMING_BY(pid) ((uint32_t)GS_SLOT_RECLAIMING | (uint32_t)(pid) << 8)
+
+enum gs_device_state {
+    GS_DEVICE_FREE = 0,  /* no GPU yet (uuid may hold a dead claimer's partial write) */
+    GS_DEVICE_READY = 1, /* uuid and limit are final */
+};
+
+/* header flags */
+#define GS_REGION_UUID_LIST 1u /* entries fixed at creation (GPUSLICE_DEVICE_UUIDS): others refused */
 
 struct gs_region_header {               /* 4096 bytes */
     uint64_t magic;                     /*   0 GS_REGION_MAGIC, written last at creation */
@@ -38,31 +50,37 @@ struct gs_region_header {               /* 4096 bytes */
     uint32_t slot_size;                 /*  20 sizeof(struct gs_region_slot) */
     uint32_t max_devices;               /*  24 GS_REGION_MAX_DEVICES */
     uint32_t max_slots;                 /*  28 GS_REGION_MAX_SLOTS */
-    uint32_t device_count;              /*  32 devices with a limit entry (highest index + 1) */
+    uint32_t device_count;              /*  32 index_limit entries set (highest index + 1) */
     int32_t sm_limit;                   /*  36 percent, 0 = unlimited */
     int32_t compute_mode;               /*  40 enum gs_compute_mode */
     uint32_t slot_hwm;                  /*  44 slots ever claimed (scan bound), atomic max */
     uint64_t last_reclaim_ns;           /*  48 CLOCK_MONOTONIC of the last dead-slot sweep */
     uint64_t created_unix_s;            /*  56 creation time (seconds since the epoch) */
     int32_t creator_pid;                /*  64 */
-    uint32_t reserved0;                 /*  68 */
+    uint32_t flags;                     /*  68 GS_REGION_UUID_LIST */
     uint64_t total_size;                /*  72 file size */
-    uint8_t reserved[4096 - 80];        /*  80 zero */
+    uint64_t index_limit[GS_REGION_MAX_DEVICES]; /* 80 limit by the container's device index */
+    uint64_t pid_ns;                    /* 208 inode of the creator's pid namespace (0 unknown) */
+    uint64_t default_limit;             /* 216 limit of indexes >= 16 (CUDA_DEVICE_MEMORY_LIMIT) */
+    int32_t device_lock;                /* 224 pid adding a device entry, 0 = none */
+    uint8_t reserved[4096 - 228];       /* 228 zero */
 };
 
 struct gs_region_device {               /* 512 bytes */
-    char uuid[GS_REGION_UUID_LEN];      /*   0 "GPU-..." NUL-terminated, filled by the first CUDA user */
+    char uuid[GS_REGION_UUID_LEN];      /*   0 "GPU-..." NUL-terminated, valid once READY */
     uint64_t limit;                     /*  64 bytes, 0 = no limit */
     uint64_t context_bytes;             /*  72 measured footprint of one context (info) */
-    uint8_t reserved[256 - 80];         /*  80 zero */
+    uint32_t state;                     /*  80 enum gs_device_state */
+    uint32_t index;                     /*  84 container device index the limit came from */
+    uint8_t reserved[256 - 88];         /*  88 zero */
     struct gs_compute_device compute;   /* 256 owned by native/src/compute */
 };
 
 struct gs_region_slot {                 /* 384 bytes */
     int32_t pid;                        /*   0 owner pid (0 = none), CAS-claimed */
-    uint32_t state;                     /*   4 enum gs_slot_state */
+    uint32_t state;                     /*   4 enum gs_slot_state (| reclaimer pid << 8) */
     uint64_t start_time;                /*   8 owner's /proc/<pid>/stat starttime (clock ticks) */
-    uint64_t used[GS_REGION_MAX_DEVICES];    /*  16 committed bytes per device */
+    uint64_t used[GS_REGION_MAX_DEVICES];    /*  16 committed bytes per device entry */
     uint64_t pending[GS_REGION_MAX_DEVICES]; /* 144 reserved, allocation in flight */
     uint32_t nvml_pid;                  /* 272 pid NVML lists this process under, 0 unknown */
     uint8_t reserved[288 - 276];        /* 276 zero */
@@ -78,8 +96,12 @@ _Static_assert(sizeof(struct gs_region_header) == 4096, "region header size");
 _Static_assert(offsetof(struct gs_region_header, slot_hwm) == 44, "region header layout");
 _Static_assert(offsetof(struct gs_region_header, last_reclaim_ns) == 48, "region header layout");
 _Static_assert(offsetof(struct gs_region_header, total_size) == 72, "region header layout");
+_Static_assert(offsetof(struct gs_region_header, index_limit) == 80, "region header layout");
+_Static_assert(offsetof(struct gs_region_header, pid_ns) == 208, "region header layout");
+_Static_assert(offsetof(struct gs_region_header, device_lock) == 224, "region header layout");
 _Static_assert(sizeof(struct gs_region_device) == 512, "region device size");
 _Static_assert(offsetof(struct gs_region_device, limit) == 64, "region device layout");
+_Static_assert(offsetof(struct gs_region_device, state) == 80, "region device layout");
 _Static_assert(offsetof(struct gs_region_device, compute) == 256, "region device layout");
 _Static_assert(sizeof(struct gs_region_slot) == 384, "region slot size");
 _Static_assert(offsetof(struct gs_region_slot, used) == 16, "region slot layout");

@@ -1,6 +1,7 @@
 /* Reserve/commit/release on the shared region (protocol in <gpuslice/region.h>) and the
  * per-process allocation table. Two racers near the limit may both fail and retry (with a short
- * back-off), but never both pass: each publishes its pending bytes (seq_cst) before summing. */
+ * back-off), but never both pass: each publishes its pending bytes (seq_cst) before summing.
+ * `dev` is a CUDA ordinal of this process; the region counts per GPU (gs_region_entry). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -32,40 +33,60 @@ static void gs_account_sum(int dev, uint64_t *used, uint64_t *pending)
     *pending = p;
 }
 
+/* The region entry counting ordinal dev's GPU, or -1 (none, or a GPU the region cannot cap). */
+static int gs_entry(int dev)
+{
+    int e = gs_region_entry(dev);
+    return e < GS_REGION_MAX_DEVICES ? e : -1;
+}
+
+uint64_t gs_account_total_entry(int e)
+{
+    if (e < 0 || e >= GS_REGION_MAX_DEVICES) return 0;
+    uint64_t u, p;
+    gs_account_sum(e, &u, &p);
+    return u + p;
+}
+
 uint64_t gs_account_total(int dev)
 {
-    if (dev < 0 || dev >= GS_REGION_MAX_DEVICES) return 0;
-    uint64_t u, p;
-    gs_account_sum(dev, &u, &p);
-    return u + p;
+    return gs_account_total_entry(gs_entry(dev));
 }
 
 uint64_t gs_account_used(int dev)
 {
-    if (dev < 0 || dev >= GS_REGION_MAX_DEVICES) return 0;
+    int e = gs_entry(dev);
+    if (e < 0) return 0;
     uint64_t u, p;
-    gs_account_sum(dev, &u, &p);
+    gs_account_sum(e, &u, &p);
     return u;
+}
+
+uint64_t gs_account_limit_entry(int e)
+{
+    struct gs_region_device *d = gs_region_device(e);
+    return d ? d->limit : 0;
 }
 
 uint64_t gs_account_limit(int dev)
 {
-    struct gs_region_device *d = gs_region_device(dev);
-    return d ? d->limit : 0;
+    return gs_account_limit_entry(gs_entry(dev));
 }
 
 uint64_t gs_account_self(int dev)
 {
     struct gs_region_slot *s = gs_region_self();
-    if (s == NULL || dev < 0 || dev >= GS_REGION_MAX_DEVICES) return 0;
-    return __atomic_load_n(&s->used[dev], __ATOMIC_RELAXED);
+    int e = gs_entry(dev);
+    if (s == NULL || e < 0) return 0;
+    return __atomic_load_n(&s->used[e], __ATOMIC_RELAXED);
 }
 
 uint64_t gs_account_self_total(int dev)
 {
     struct gs_region_slot *s = gs_region_self();
-    if (s == NULL || dev < 0 || dev >= GS_REGION_MAX_DEVICES) return 0;
-    return gs_slot_sum(s, dev);
+    int e = gs_entry(dev);
+    if (s == NULL || e < 0) return 0;
+    return gs_slot_sum(s, e);
 }
 
 static void gs_backoff(int attempt)
@@ -76,21 +97,23 @@ static void gs_backoff(int attempt)
 
 int gs_account_reserve(int dev, uint64_t bytes)
 {
-    if (dev < 0 || dev >= GS_REGION_MAX_DEVICES) return GS_PASS;
+    int e = gs_region_entry(dev);
+    if (e < 0) return GS_PASS;
+    if (e == GS_DEV_CLOSED || gs_region_broken()) return GS_OVER; /* cannot be capped: fail closed */
     struct gs_region_slot *s = gs_region_self();
-    uint64_t limit = gs_account_limit(dev);
-    if (s == NULL) return gs_region() && limit ? GS_OVER : GS_PASS; /* every slot taken: fail closed */
+    uint64_t limit = gs_account_limit_entry(e);
+    if (s == NULL) return limit ? GS_OVER : GS_PASS; /* every slot taken: fail closed */
     for (int attempt = 0;; attempt++) {
-        __atomic_fetch_add(&s->pending[dev], bytes, __ATOMIC_SEQ_CST);
+        __atomic_fetch_add(&s->pending[e], bytes, __ATOMIC_SEQ_CST);
         if (limit == 0) return GS_OK;
         uint64_t used, pending;
-        gs_account_sum(dev, &used, &pending);
+        gs_account_sum(e, &used, &pending);
         if (used + pending <= limit) return GS_OK;
-        __atomic_fetch_sub(&s->pending[dev], bytes, __ATOMIC_SEQ_CST);
+        __atomic_fetch_sub(&s->pending[e], bytes, __ATOMIC_SEQ_CST);
         if (attempt + 1 >= GS_RESERVE_TRIES) return GS_OVER;
         /* a dead process's slot (even one killed mid-reservation) may be what blocks us */
         gs_region_reclaim(0);
-        gs_account_sum(dev, &used, &pending);
+        gs_account_sum(e, &used, &pending);
         if (used + bytes > limit) return GS_OVER; /* committed usage alone leaves no room */
         gs_backoff(attempt);                      /* in-flight reservations may be cancelled */
     }
@@ -99,34 +122,38 @@ int gs_account_reserve(int dev, uint64_t bytes)
 void gs_account_commit(int dev, uint64_t bytes)
 {
     struct gs_region_slot *s = gs_region_self();
-    if (s == NULL || dev < 0 || dev >= GS_REGION_MAX_DEVICES) return;
-    __atomic_fetch_add(&s->used[dev], bytes, __ATOMIC_SEQ_CST);
-    __atomic_fetch_sub(&s->pending[dev], bytes, __ATOMIC_SEQ_CST);
+    int e = gs_entry(dev);
+    if (s == NULL || e < 0) return;
+    __atomic_fetch_add(&s->used[e], bytes, __ATOMIC_SEQ_CST);
+    __atomic_fetch_sub(&s->pending[e], bytes, __ATOMIC_SEQ_CST);
 }
 
 void gs_account_cancel(int dev, uint64_t bytes)
 {
     struct gs_region_slot *s = gs_region_self();
-    if (s == NULL || dev < 0 || dev >= GS_REGION_MAX_DEVICES) return;
-    __atomic_fetch_sub(&s->pending[dev], bytes, __ATOMIC_SEQ_CST);
+    int e = gs_entry(dev);
+    if (s == NULL || e < 0) return;
+    __atomic_fetch_sub(&s->pending[e], bytes, __ATOMIC_SEQ_CST);
 }
 
 void gs_account_charge(int dev, uint64_t bytes)
 {
     struct gs_region_slot *s = gs_region_self();
-    if (s == NULL || dev < 0 || dev >= GS_REGION_MAX_DEVICES) return;
-    __atomic_fetch_add(&s->used[dev], bytes, __ATOMIC_SEQ_CST);
+    int e = gs_entry(dev);
+    if (s == NULL || e < 0) return;
+    __atomic_fetch_add(&s->used[e], bytes, __ATOMIC_SEQ_CST);
 }
 
 void gs_account_release(int dev, uint64_t bytes)
 {
     struct gs_region_slot *s = gs_region_self();
-    if (s == NULL || dev < 0 || dev >= GS_REGION_MAX_DEVICES) return;
-    uint64_t cur = __atomic_load_n(&s->used[dev], __ATOMIC_RELAXED);
+    int e = gs_entry(dev);
+    if (s == NULL || e < 0) return;
+    uint64_t cur = __atomic_load_n(&s->used[e], __ATOMIC_RELAXED);
     uint64_t next;
     do {
         next = cur > bytes ? cur - bytes : 0; /* never wrap below zero */
-    } while (!__atomic_compare_exchange_n(&s->used[dev], &cur, next, 1, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+    } while (!__atomic_compare_exchange_n(&s->used[e], &cur, next, 1, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
 }
 
 /* ---- per-process allocation table: chained hash, one mutex ---- */

@@ -1,14 +1,15 @@
 /* Memory accounting on the shared region: reserve (publish pending, check the derived total
  * against the limit), commit (pending -> used), cancel, release; plus this process's table of
  * live allocations (key -> device, charged bytes) so frees release exactly what was charged.
- * No CUDA types here (unit-tested: tests/native/unit/test_account.c). */
+ * `dev` is a CUDA ordinal of this process, counted on its GPU's region entry (a GPU the region
+ * cannot cap is refused). No CUDA types here (unit-tested: tests/native/unit/test_region.c). */
 #ifndef GS_ACCOUNT_H
 #define GS_ACCOUNT_H
 
 #include <stdint.h>
 
 enum gs_verdict {
-    GS_PASS = 0, /* no region / device out of range: pass through unaccounted */
+    GS_PASS = 0, /* no region, or no limit and no slot: pass through unaccounted */
     GS_OK = 1,   /* bytes are now pending in this process's slot */
     GS_OVER = 2, /* would exceed the limit: nothing changed */
 };
@@ -23,6 +24,9 @@ uint64_t gs_account_used(int dev);                 /* used over live slots */
 uint64_t gs_account_self(int dev);                 /* this process's used bytes */
 uint64_t gs_account_self_total(int dev);           /* this process's used + pending bytes */
 uint64_t gs_account_limit(int dev);                /* the region's limit, 0 = none */
+/* The same, by region entry (a GPU by UUID, whichever ordinal this process gives it). */
+uint64_t gs_account_total_entry(int e);
+uint64_t gs_account_limit_entry(int e);
 
 static inline uint64_t gs_round_up(uint64_t bytes, uint64_t gran)
 {

@@ -5,6 +5,7 @@
 #include "mem/account.h"
 #include "mem/mem.h"
 #include "mem/pools.h"
+#include "region.h"
 
 int gs_mem_current_device(void)
 {
@@ -42,9 +43,18 @@ void gs_mem_refuse(const char *fn, const char *file, int line, int dev, uint64_t
     int level = n < GS_REFUSALS_LOGGED ? GS_LOG_WARN : GS_LOG_DEBUG;
     if (!gs_log_enabled(level)) return;
     double mib = 1024.0 * 1024.0, gib = mib * 1024.0;
-    gs_log_write(level, file, line, "%s: %.0f MiB over limit (%.2f/%.2f GiB used on device %d) -> OUT_OF_MEMORY%s",
-                 fn, (double)bytes / mib, (double)gs_account_total(dev) / gib, (double)gs_account_limit(dev) / gib, dev,
-                 n + 1 == GS_REFUSALS_LOGGED ? "; further refusals are logged at LIBCUDA_LOG_LEVEL=4" : "");
+    const char *more = n + 1 == GS_REFUSALS_LOGGED ? "; further refusals are logged at LIBCUDA_LOG_LEVEL=4" : "";
+    const char *why = gs_region_broken() ? "the region file was truncated (see above)"
+                      : gs_region_entry(dev) == GS_DEV_CLOSED ? "this GPU cannot be capped here (see above)"
+                      : gs_region_no_slot() ? "every process slot of the region is taken (see above)"
+                                            : NULL;
+    if (why != NULL)
+        gs_log_write(level, file, line, "%s: %.0f MiB on device %d refused: %s -> OUT_OF_MEMORY%s", fn,
+                     (double)bytes / mib, dev, why, more);
+    else
+        gs_log_write(level, file, line, "%s: %.0f MiB over limit (%.2f/%.2f GiB used on device %d) -> OUT_OF_MEMORY%s",
+                     fn, (double)bytes / mib, (double)gs_account_total(dev) / gib, (double)gs_account_limit(dev) / gib,
+                     dev, more);
 }
 
 /* Within this much of the cap, driver memory outside allocations (lazily loaded modules) is

@@ -19,15 +19,15 @@
 #include "mem/nvml_util.h"
 #include "region.h"
 
-static int gs_primary_refs[GS_REGION_MAX_DEVICES];
-static uint64_t gs_primary_charge[GS_REGION_MAX_DEVICES];
+static int gs_primary_refs[GS_MAX_ORDINALS];
+static uint64_t gs_primary_charge[GS_MAX_ORDINALS];
 static pthread_mutex_t gs_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void gs_ctx_reconcile_resume(void); /* driver overhead, below */
 
 static int gs_ctx_dev_ok(CUdevice dev)
 {
-    return gs_ready() && dev >= 0 && dev < GS_REGION_MAX_DEVICES;
+    return gs_ready() && dev >= 0 && dev < GS_MAX_ORDINALS;
 }
 
 /* What NVML and the region say about one device at one moment. */
@@ -108,7 +108,7 @@ static uint64_t gs_ctx_footprint(int dev, const struct gs_ctx_sample *before)
         return 0;
     }
     uint64_t bytes = gs_round_up(delta, GS_ALLOC_GRANULARITY);
-    struct gs_region_device *d = gs_region_device(dev);
+    struct gs_region_device *d = gs_region_device(gs_region_entry(dev));
     if (d) __atomic_store_n(&d->context_bytes, bytes, __ATOMIC_RELAXED);
     GS_DEBUG("context footprint on device %d: %llu MiB (%s)", dev, (unsigned long long)(bytes >> 20),
              after.listed ? "NVML per-process used" : "NVML device used delta");
@@ -247,8 +247,8 @@ CUresult gs_ctx_destroy(CUcontext ctx)
 
 #define GS_RECONCILE_NS 100000000ull
 
-static uint64_t gs_overhead[GS_REGION_MAX_DEVICES];
-static uint64_t gs_reconcile_last[GS_REGION_MAX_DEVICES];
+static uint64_t gs_overhead[GS_MAX_ORDINALS];
+static uint64_t gs_reconcile_last[GS_MAX_ORDINALS];
 enum { GS_RECONCILE_ON, GS_RECONCILE_NO_NVML, GS_RECONCILE_UNLISTED /* until a host pid is found */ };
 static int gs_reconcile_off;
 
@@ -260,7 +260,7 @@ static void gs_ctx_reconcile_resume(void)
 
 void gs_ctx_reconcile(int dev, int force)
 {
-    if (dev < 0 || dev >= GS_REGION_MAX_DEVICES || __atomic_load_n(&gs_reconcile_off, __ATOMIC_RELAXED)) return;
+    if (dev < 0 || dev >= GS_MAX_ORDINALS || __atomic_load_n(&gs_reconcile_off, __ATOMIC_RELAXED)) return;
     uint64_t now = gs_mono_ns();
     uint64_t last = __atomic_load_n(&gs_reconcile_last[dev], __ATOMIC_RELAXED);
     if (!force && now - last < GS_RECONCILE_NS) return;
@@ -294,6 +294,6 @@ void gs_ctx_reconcile(int dev, int force)
 void gs_ctx_reconcile_active(void)
 {
     if (__atomic_load_n(&gs_reconcile_off, __ATOMIC_RELAXED)) return;
-    for (int dev = 0; dev < GS_REGION_MAX_DEVICES; dev++)
+    for (int dev = 0; dev < GS_MAX_ORDINALS; dev++)
         if (__atomic_load_n(&gs_primary_refs[dev], __ATOMIC_RELAXED) > 0) gs_ctx_reconcile(dev, 0);
 }

@@ -1,6 +1,8 @@
 /* Virtual totals: cuMemGetInfo_v2, cuDeviceTotalMem_v2 and NVML memory info report the slice
  * (total = limit, used = the container's accounted use, free = limit - used, never more than the
- * real free). Devices without a limit report the real numbers. */
+ * real free; 0 when this process cannot allocate: no free slot, truncated region). NVML devices
+ * are matched by UUID. Dead processes' slots are swept (at most every 250 ms) before reading.
+ * Devices without a limit report the real numbers. */
 #include "init.h"
 #include "mem/account.h"
 #include "mem/mem.h"
@@ -18,8 +20,10 @@ CUresult gs_info_mem_get_info(size_t *free_bytes, size_t *total_bytes)
     if (limit == 0) return rc;
     gs_pool_refresh_all();
     gs_ctx_reconcile(dev, 1);
+    gs_region_reclaim(0); /* a killed process's bytes leave the numbers within 250 ms */
     uint64_t used = gs_account_total(dev);
     uint64_t free_virtual = used < limit ? limit - used : 0;
+    if (gs_region_no_slot() || gs_region_broken()) free_virtual = 0; /* this process cannot allocate */
     if (free_bytes && free_virtual < *free_bytes) *free_bytes = (size_t)free_virtual;
     if (total_bytes && limit < *total_bytes) *total_bytes = (size_t)limit;
     return rc;
@@ -36,15 +40,30 @@ CUresult gs_info_device_total_mem(size_t *bytes, CUdevice dev)
     return rc;
 }
 
+/* The region entry of an NVML device: by its UUID (any GPU of the container, even one this
+ * process does not see), else through the CUDA ordinal it has here; -1 if none. */
+static int gs_nvml_entry(nvmlDevice_t device)
+{
+    char uuid[96];
+    if (gs_real_nvmlDeviceGetUUID && gs_real_nvmlDeviceGetUUID(device, uuid, sizeof uuid) == NVML_SUCCESS) {
+        int e = gs_region_entry_of_uuid(uuid);
+        if (e >= 0) return e;
+    }
+    int dev = gs_nvml_to_cuda(device);
+    int e = dev >= 0 ? gs_region_entry(dev) : -1;
+    return e < GS_REGION_MAX_DEVICES ? e : -1;
+}
+
 /* Slice numbers for an NVML device: 0 and fills total/used/free, -1 to report the real ones. */
 static int gs_nvml_slice(nvmlDevice_t device, unsigned long long real_free, unsigned long long *total,
                          unsigned long long *used, unsigned long long *free_out)
 {
     if (!gs_ready()) return -1;
-    int dev = gs_nvml_to_cuda(device);
-    uint64_t limit = dev >= 0 ? gs_account_limit(dev) : 0;
+    int e = gs_nvml_entry(device);
+    uint64_t limit = gs_account_limit_entry(e);
     if (limit == 0) return -1;
-    uint64_t u = gs_account_total(dev);
+    gs_region_reclaim(0);
+    uint64_t u = gs_account_total_entry(e);
     uint64_t f = u < limit ? limit - u : 0;
     *total = limit;
     *used = u;

@@ -1,6 +1,6 @@
-/* NVML access for the library's own needs: loading + nvmlInit once, UUID formatting, and the
- * NVML-device -> CUDA-ordinal mapping (region UUIDs first, then CUDA_VISIBLE_DEVICES entries
- * given as UUIDs or NVML indexes, then NVML index = CUDA ordinal). */
+/* NVML access for the library's own needs: loading + nvmlInit once, the UUID of a CUDA ordinal
+ * (gs_device_uuid, what region entries are keyed by), and the NVML-device -> CUDA-ordinal
+ * mapping (CUDA_VISIBLE_DEVICES entries given as UUIDs or NVML indexes, else NVML index). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -21,35 +21,42 @@ static void gs_nvml_start(void)
     gs_nvml_ok = gs_real_nvmlInit_v2() == NVML_SUCCESS;
 }
 
-static int gs_cuda_uuid(int cuda_dev, char *out, size_t len)
+int gs_device_uuid(int ordinal, char *out, size_t len)
 {
-    struct gs_region_device *d = gs_region_device(cuda_dev);
-    if (d && d->uuid[0]) {
-        snprintf(out, len, "%s", d->uuid);
+    static char cache[GS_MAX_ORDINALS][GS_REGION_UUID_LEN];
+    static int cached[GS_MAX_ORDINALS];
+    if (ordinal >= 0 && ordinal < GS_MAX_ORDINALS && __atomic_load_n(&cached[ordinal], __ATOMIC_ACQUIRE)) {
+        snprintf(out, len, "%s", cache[ordinal]);
         return 0;
     }
     PFN_cuDeviceGet_v2000 get = GS_REAL(cuDeviceGet);
     PFN_cuDeviceGetUuid_v11040 uuid = gs_real_cuDeviceGetUuid_v2;
     CUdevice dev;
     CUuuid u;
-    if (get == NULL || uuid == NULL || get(&dev, cuda_dev) != CUDA_SUCCESS || uuid(&u, dev) != CUDA_SUCCESS) return -1;
+    if (get == NULL || uuid == NULL || get(&dev, ordinal) != CUDA_SUCCESS || uuid(&u, dev) != CUDA_SUCCESS) return -1;
     const unsigned char *b = (const unsigned char *)u.bytes;
-    snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
-             b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    char text[GS_REGION_UUID_LEN];
+    snprintf(text, sizeof text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    snprintf(out, len, "%s", text);
+    if (ordinal >= 0 && ordinal < GS_MAX_ORDINALS) {
+        memcpy(cache[ordinal], text, sizeof text); /* the same for every thread that races here */
+        __atomic_store_n(&cached[ordinal], 1, __ATOMIC_RELEASE);
+    }
     return 0;
 }
 
-static nvmlDevice_t gs_nvml_handles[GS_REGION_MAX_DEVICES];
+static nvmlDevice_t gs_nvml_handles[GS_MAX_ORDINALS];
 
 /* NVML handle of a CUDA ordinal (cached), or NULL. */
 static nvmlDevice_t gs_nvml_handle(int cuda_dev)
 {
     pthread_once(&gs_nvml_once, gs_nvml_start);
-    if (!gs_nvml_ok || cuda_dev < 0 || cuda_dev >= GS_REGION_MAX_DEVICES) return NULL;
+    if (!gs_nvml_ok || cuda_dev < 0 || cuda_dev >= GS_MAX_ORDINALS) return NULL;
     nvmlDevice_t h = __atomic_load_n(&gs_nvml_handles[cuda_dev], __ATOMIC_ACQUIRE);
     if (h != NULL) return h;
     char uuid[GS_REGION_UUID_LEN];
-    if (gs_real_nvmlDeviceGetHandleByUUID == NULL || gs_cuda_uuid(cuda_dev, uuid, sizeof uuid) != 0 ||
+    if (gs_real_nvmlDeviceGetHandleByUUID == NULL || gs_device_uuid(cuda_dev, uuid, sizeof uuid) != 0 ||
         gs_real_nvmlDeviceGetHandleByUUID(uuid, &h) != NVML_SUCCESS)
         return NULL;
     __atomic_store_n(&gs_nvml_handles[cuda_dev], h, __ATOMIC_RELEASE);
@@ -154,13 +161,7 @@ int gs_nvml_to_cuda(nvmlDevice_t device)
     unsigned index = 0;
     int have_uuid = gs_real_nvmlDeviceGetUUID && gs_real_nvmlDeviceGetUUID(device, uuid, sizeof uuid) == NVML_SUCCESS;
     int have_index = gs_real_nvmlDeviceGetIndex && gs_real_nvmlDeviceGetIndex(device, &index) == NVML_SUCCESS;
-    if (have_uuid) {
-        for (int i = 0; i < GS_REGION_MAX_DEVICES; i++) {
-            struct gs_region_device *d = gs_region_device(i);
-            if (d && d->uuid[0] && strcmp(d->uuid, uuid) == 0) return i;
-        }
-    }
     int v = gs_visible_index(getenv("CUDA_VISIBLE_DEVICES"), have_uuid ? uuid : NULL, have_index ? index : ~0u);
     if (v != -2) return v;
-    return have_index && index < GS_REGION_MAX_DEVICES ? (int)index : -1;
+    return have_index ? (int)index : -1;
 }

@@ -5,7 +5,8 @@
  * in chunks, and fragmentation defeats the spare) passes the cap, the block is freed on its
  * stream, the stream synchronised, the pool trimmed back and CUDA_ERROR_OUT_OF_MEMORY returned
  * (the only slow path). Pools are re-read on alloc, trim, destroy, cuMemGetInfo, before any
- * refusal, and at synchronisations (src/mem/sync.c) when a pool may have released memory there. */
+ * refusal, and at synchronisations (src/mem/sync.c) when a pool may have released memory there.
+ * A pool is charged to its own device (recorded at cuMemPoolCreate), not to its stream's. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
@@ -238,6 +239,26 @@ static CUresult gs_alloc_async(const char *fn, void *real, CUdeviceptr *dptr, si
     return gs_pool_alloc(fn, &a, dev, gs_call_async);
 }
 
+/* The device a pool allocates on (its memory is charged there, whichever device the stream is
+ * on): recorded at cuMemPoolCreate, else the device whose default or current pool it is. */
+static int gs_pool_device(CUmemoryPool pool, int stream_dev)
+{
+    pthread_mutex_lock(&gs_pool_lock);
+    struct gs_pool_entry *e = gs_pool_find(pool);
+    int dev = e ? e->dev : -1;
+    pthread_mutex_unlock(&gs_pool_lock);
+    PFN_cuDeviceGetCount_v2000 count = gs_real_cuDeviceGetCount;
+    int n = 0;
+    if (dev >= 0 || count == NULL || count(&n) != CUDA_SUCCESS) return dev >= 0 ? dev : stream_dev;
+    for (int d = 0; d < n; d++) {
+        CUmemoryPool p = NULL;
+        if (gs_pool_of_device(d) == pool ||
+            (gs_real_cuDeviceGetDefaultMemPool && gs_real_cuDeviceGetDefaultMemPool(&p, d) == CUDA_SUCCESS && p == pool))
+            return d;
+    }
+    return stream_dev;
+}
+
 static CUresult gs_alloc_from_pool(const char *fn, void *real, CUdeviceptr *dptr, size_t bytesize,
                                    CUmemoryPool pool, CUstream s, int ptsz)
 {
@@ -245,6 +266,7 @@ static CUresult gs_alloc_from_pool(const char *fn, void *real, CUdeviceptr *dptr
     struct gs_async_args a = {real, dptr, bytesize, pool, s, ptsz};
     CUstreamCaptureMode mode = gs_capture_relax();
     int dev = gs_mem_stream_device(s, ptsz);
+    if (dev >= 0) dev = gs_pool_device(pool, dev);
     gs_capture_restore(mode);
     return gs_pool_alloc(fn, &a, dev, gs_call_from_pool);
 }
@@ -291,6 +313,19 @@ CUresult gs_pool_free_async_ptsz(CUdeviceptr dptr, CUstream hStream)
     PFN_cuMemFreeAsync_v11020_ptsz real = GS_REAL(cuMemFreeAsync_ptsz);
     if (real == NULL) return CUDA_ERROR_NOT_FOUND;
     return gs_pool_freed(real(dptr, hStream));
+}
+
+CUresult gs_pool_create(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    PFN_cuMemPoolCreate_v11020 real = GS_REAL(cuMemPoolCreate);
+    if (real == NULL) return CUDA_ERROR_NOT_FOUND;
+    CUresult rc = real(pool, props);
+    if (rc == CUDA_SUCCESS && gs_ready() && props && props->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+        pthread_mutex_lock(&gs_pool_lock);
+        gs_pool_entry(*pool, props->location.id); /* remember its device; charged at its first read */
+        pthread_mutex_unlock(&gs_pool_lock);
+    }
+    return rc;
 }
 
 CUresult gs_pool_trim(CUmemoryPool pool, size_t minBytesToKeep)

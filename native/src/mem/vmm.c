@@ -6,16 +6,16 @@
 #include "mem/mem.h"
 #include "region.h"
 
-static uint64_t gs_vmm_gran[GS_REGION_MAX_DEVICES];
+static uint64_t gs_vmm_gran[GS_MAX_ORDINALS];
 
 static uint64_t gs_vmm_granularity(int dev, const CUmemAllocationProp *prop)
 {
-    uint64_t g = __atomic_load_n(&gs_vmm_gran[dev], __ATOMIC_RELAXED);
+    uint64_t g = dev < GS_MAX_ORDINALS ? __atomic_load_n(&gs_vmm_gran[dev], __ATOMIC_RELAXED) : 0;
     if (g) return g;
     PFN_cuMemGetAllocationGranularity_v10020 q = gs_real_cuMemGetAllocationGranularity;
     size_t out = 0;
     if (q == NULL || q(&out, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || out == 0) return GS_ALLOC_GRANULARITY;
-    __atomic_store_n(&gs_vmm_gran[dev], (uint64_t)out, __ATOMIC_RELAXED);
+    if (dev < GS_MAX_ORDINALS) __atomic_store_n(&gs_vmm_gran[dev], (uint64_t)out, __ATOMIC_RELAXED);
     return out;
 }
 
@@ -25,7 +25,7 @@ CUresult gs_vmm_create(CUmemGenericAllocationHandle *handle, size_t size, const 
     PFN_cuMemCreate_v10020 real = GS_REAL(cuMemCreate);
     if (real == NULL) return CUDA_ERROR_NOT_FOUND;
     if (prop == NULL || size == 0 || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !gs_ready() ||
-        prop->location.id < 0 || prop->location.id >= GS_REGION_MAX_DEVICES)
+        prop->location.id < 0)
         return real(handle, size, prop, flags);
     int dev = prop->location.id;
     uint64_t charge = gs_round_up(size, gs_vmm_granularity(dev, prop));

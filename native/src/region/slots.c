@@ -1,6 +1,11 @@
 /* Per-process slots: claim (CAS pid 0 -> own pid), liveness (pid exists and /proc start time
- * unchanged, which defeats pid reuse), reclaim of dead owners (CAS state LIVE -> RECLAIMING,
- * rate-limited to one sweep per 250 ms through the header timestamp), release at exit/fork. */
+ * unchanged, which defeats pid reuse), reclaim of dead owners (CAS state LIVE -> RECLAIMING by
+ * this pid, rate-limited to one sweep per 250 ms through the header timestamp), release at exit.
+ * A process killed while clearing a slot leaves it RECLAIMING under its dead pid: the next sweep
+ * takes it over (CAS on the whole state word, so two clearers never run at once). A slot with
+ * this pid and start time that this image did not claim is the pre-exec image's: exec frees the
+ * driver memory, so it is released before claiming. With every slot taken, claims are retried at
+ * most every 250 ms (a refusal must not re-scan /proc each time). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +22,7 @@
 #define GS_RECLAIM_INTERVAL_NS 250000000ull
 
 static int gs_self = -1;
+static uint64_t gs_no_slot_since; /* gs_mono_ns of the last failed claim, 0 = none */
 static pthread_mutex_t gs_claim_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t gs_atfork_once = PTHREAD_ONCE_INIT;
 
@@ -74,7 +80,7 @@ struct gs_compute_proc *gs_region_compute_proc_at(int index)
 
 /* Dead: no such pid, a zombie (its GPU memory is already freed; containers often lack an init
  * that reaps), or a different process under a reused pid (start time changed). */
-static int gs_pid_dead(int pid, uint64_t start_time)
+int gs_region_pid_dead(int pid, uint64_t start_time)
 {
     if (pid <= 0) return 1;
     if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
@@ -89,10 +95,11 @@ int gs_region_slot_alive(int index)
 {
     struct gs_region_slot *s = gs_region_slot_at(index);
     if (s == NULL || __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != GS_SLOT_LIVE) return 0;
-    return !gs_pid_dead(__atomic_load_n(&s->pid, __ATOMIC_ACQUIRE), s->start_time);
+    return !gs_region_pid_dead(__atomic_load_n(&s->pid, __ATOMIC_ACQUIRE), s->start_time);
 }
 
-static void gs_slot_clear(struct gs_region_slot *s)
+/* Clear a slot this process holds in state `mine` (RECLAIMING by us) and free it. */
+static void gs_slot_finish(struct gs_region_slot *s, uint32_t mine)
 {
     for (int d = 0; d < GS_REGION_MAX_DEVICES; d++) {
         __atomic_store_n(&s->used[d], 0, __ATOMIC_RELAXED);
@@ -100,6 +107,17 @@ static void gs_slot_clear(struct gs_region_slot *s)
     }
     __atomic_store_n(&s->nvml_pid, 0, __ATOMIC_RELAXED);
     memset(&s->compute, 0, sizeof s->compute);
+    __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
+    __atomic_compare_exchange_n(&s->state, &mine, GS_SLOT_FREE, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+}
+
+/* Move a slot from state `from` to RECLAIMING by this pid and clear it. 1 done. */
+static int gs_slot_take(struct gs_region_slot *s, uint32_t from)
+{
+    uint32_t mine = GS_SLOT_RECLAIMING_BY(getpid());
+    if (!__atomic_compare_exchange_n(&s->state, &from, mine, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) return 0;
+    gs_slot_finish(s, mine);
+    return 1;
 }
 
 static void gs_slot_reclaim_one(int index)
@@ -107,20 +125,16 @@ static void gs_slot_reclaim_one(int index)
     struct gs_region_slot *s = gs_region_slot_at(index);
     uint32_t state = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
     int pid = __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE);
-    if (pid == 0 || pid == getpid()) return;
     if (state == GS_SLOT_LIVE) {
-        if (!gs_pid_dead(pid, s->start_time)) return;
-        uint32_t expect = GS_SLOT_LIVE;
-        if (!__atomic_compare_exchange_n(&s->state, &expect, GS_SLOT_RECLAIMING, 0, __ATOMIC_SEQ_CST,
-                                         __ATOMIC_RELAXED))
-            return;
-        GS_INFO("region: reclaimed slot %d of dead pid %d", index, pid);
-        gs_slot_clear(s);
-        __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
-        __atomic_store_n(&s->state, GS_SLOT_FREE, __ATOMIC_RELEASE);
-    } else if (state == GS_SLOT_FREE) {
+        if (pid == getpid() || !gs_region_pid_dead(pid, s->start_time)) return;
+        if (gs_slot_take(s, state)) GS_INFO("region: reclaimed slot %d of dead pid %d", index, pid);
+    } else if ((state & 0xff) == GS_SLOT_RECLAIMING) {
+        int by = (int)(state >> 8);
+        if (by != getpid() && gs_region_pid_dead(by, 0) && gs_slot_take(s, state))
+            GS_INFO("region: finished clearing slot %d (pid %d died while clearing it)", index, by);
+    } else if (state == GS_SLOT_FREE && pid != 0) {
         /* owner died between claiming the pid and going LIVE: nothing was counted */
-        if (gs_pid_dead(pid, 0)) __atomic_compare_exchange_n(&s->pid, &pid, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+        if (gs_region_pid_dead(pid, 0)) __atomic_compare_exchange_n(&s->pid, &pid, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
     }
 }
 
@@ -141,12 +155,25 @@ static void gs_atfork_child(void)
 {
     /* the child has its own pid: it claims its own slot on first use */
     gs_self = -1;
+    gs_no_slot_since = 0;
     pthread_mutex_init(&gs_claim_lock, NULL);
 }
 
 static void gs_atfork_register(void)
 {
     pthread_atfork(NULL, NULL, gs_atfork_child);
+}
+
+/* Release slots left LIVE under this pid and start time by the image before exec(). */
+static void gs_slot_drop_pre_exec(int pid, uint64_t start)
+{
+    int n = gs_region_slot_count();
+    for (int i = 0; i < n; i++) {
+        struct gs_region_slot *s = gs_region_slot_at(i);
+        if (__atomic_load_n(&s->pid, __ATOMIC_ACQUIRE) == pid && s->start_time == start &&
+            gs_slot_take(s, GS_SLOT_LIVE))
+            GS_INFO("region: released slot %d held by this process before exec()", i);
+    }
 }
 
 static int gs_slot_try_claim(struct gs_region_header *h, int pid, uint64_t start)
@@ -160,7 +187,10 @@ static int gs_slot_try_claim(struct gs_region_header *h, int pid, uint64_t start
             __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
             continue;
         }
-        gs_slot_clear(s);
+        memset(s->used, 0, sizeof s->used);
+        memset(s->pending, 0, sizeof s->pending);
+        s->nvml_pid = 0;
+        memset(&s->compute, 0, sizeof s->compute);
         s->start_time = start;
         __atomic_store_n(&s->state, GS_SLOT_LIVE, __ATOMIC_SEQ_CST);
         uint32_t hwm = __atomic_load_n(&h->slot_hwm, __ATOMIC_ACQUIRE);
@@ -170,6 +200,27 @@ static int gs_slot_try_claim(struct gs_region_header *h, int pid, uint64_t start
         return i;
     }
     return -1;
+}
+
+static int gs_slot_claim(struct gs_region_header *h)
+{
+    uint64_t now = gs_mono_ns(), since = gs_no_slot_since;
+    if (since && now - since < GS_RECLAIM_INTERVAL_NS) return -1; /* all taken a moment ago */
+    int pid = (int)getpid();
+    uint64_t start = gs_proc_start_time(pid);
+    if (start) gs_slot_drop_pre_exec(pid, start);
+    int idx = gs_slot_try_claim(h, pid, start);
+    if (idx < 0) {
+        gs_region_reclaim(since == 0); /* forced once; later retries ride the shared 250 ms sweep */
+        idx = gs_slot_try_claim(h, pid, start);
+    }
+    if (idx < 0)
+        GS_LOG_ONCE(GS_LOG_ERROR,
+                    "region: all %d process slots are in use; this process's allocations on limited devices "
+                    "fail (OUT_OF_MEMORY) until a slot frees: too many CUDA processes share this region",
+                    GS_REGION_MAX_SLOTS);
+    gs_no_slot_since = idx < 0 ? (now ? now : 1) : 0;
+    return idx;
 }
 
 struct gs_region_slot *gs_region_self(void)
@@ -182,22 +233,16 @@ struct gs_region_slot *gs_region_self(void)
     pthread_mutex_lock(&gs_claim_lock);
     idx = gs_self;
     if (idx < 0) {
-        int pid = (int)getpid();
-        uint64_t start = gs_proc_start_time(pid);
-        idx = gs_slot_try_claim(h, pid, start);
-        if (idx < 0) {
-            gs_region_reclaim(1);
-            idx = gs_slot_try_claim(h, pid, start);
-        }
-        if (idx < 0)
-            GS_LOG_ONCE(GS_LOG_ERROR,
-                        "region: all %d process slots are in use; this process's allocations on limited devices "
-                        "fail (OUT_OF_MEMORY) until a slot frees: too many CUDA processes share this region",
-                        GS_REGION_MAX_SLOTS);
+        idx = gs_slot_claim(h);
         __atomic_store_n(&gs_self, idx, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&gs_claim_lock);
     return idx >= 0 ? gs_region_slot_at(idx) : NULL;
+}
+
+int gs_region_no_slot(void)
+{
+    return gs_region() != NULL && gs_region_self() == NULL;
 }
 
 struct gs_compute_proc *gs_region_compute_proc(void)
@@ -211,10 +256,5 @@ void gs_region_release_self(void)
     int idx = __atomic_exchange_n(&gs_self, -1, __ATOMIC_ACQ_REL);
     struct gs_region_slot *s = gs_region_slot_at(idx);
     if (s == NULL || __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE) != (int)getpid()) return;
-    uint32_t expect = GS_SLOT_LIVE;
-    if (!__atomic_compare_exchange_n(&s->state, &expect, GS_SLOT_RECLAIMING, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-        return;
-    gs_slot_clear(s);
-    __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
-    __atomic_store_n(&s->state, GS_SLOT_FREE, __ATOMIC_RELEASE);
+    gs_slot_take(s, GS_SLOT_LIVE);
 }

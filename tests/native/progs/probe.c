@@ -328,6 +328,7 @@ static void usage(void) {
           "  poolattr | ownpoolattr | trim KEEP | owntrim KEEP | threshold V | destroypool\n"
           "  fill N (alloc N until failure, keep) | race TRIES N | loop COUNT N | hold | sleep MS |\n"
           "  waitfile PATH | resolve NAME [VER [ptsz]] | retry N MS (alloc N every 5 ms until it works)\n"
+          "  exec CMD... (replace this image, same pid, with a probe running CMD...)\n"
           "  launch BLOCKS COUNT (COUNT launches on the null stream, then sync; prints wall ms)\n",
           stderr);
 }
@@ -629,6 +630,13 @@ int main(int argc, char **argv) {
             struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
             nanosleep(&ts, NULL);
             printf("sleep %llu rc=0\n", ms);
+        } else if (strcmp(c, "exec") == 0) { /* a new image in this process: the rest of argv */
+            printf("exec rc=0 pid=%d\n", (int)getpid());
+            fflush(stdout);
+            argv[i] = argv[0];
+            execv(argv[0], argv + i);
+            printf("exec rc=-1\n");
+            return 1;
         } else if (strcmp(c, "waitfile") == 0 && i + 1 < argc) {
             const char *path = argv[++i];
             struct timespec ts = {.tv_sec = 0, .tv_nsec = 1000000L};

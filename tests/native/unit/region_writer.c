@@ -1,5 +1,6 @@
 /* Helper for test_native_unit.py: the C library's region code writes a known state (limit
- * 64 MiB on device 0, 3 MiB used on device 0, 5 MiB used + 1 MiB pending on device 1), prints
+ * 64 MiB on device 0, 3 MiB used on device 0, 5 MiB used + 1 MiB pending on device 1, UUIDs
+ * GPU-...440 and GPU-...441 from the stub below), prints
  * "ready", and keeps its slot until stdin closes, so the Python mirror can be checked against it. */
 #include <stdio.h>
 #include <string.h>
@@ -7,6 +8,13 @@
 #include "config.h"
 #include "mem/account.h"
 #include "region.h"
+
+/* The CUDA side's UUID of an ordinal (here: ordinal n is GPU-...44n). */
+int gs_device_uuid(int ordinal, char *out, size_t len)
+{
+    snprintf(out, len, "GPU-00000000-1111-2222-3333-44444444444%d", ordinal);
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -22,7 +30,6 @@ int main(int argc, char **argv)
     gs_account_commit(0, 3ull << 20);
     if (gs_account_reserve(1, 6ull << 20) != GS_OK) return 3;
     gs_account_commit(1, 5ull << 20);
-    strcpy(gs_region_device(0)->uuid, "GPU-00000000-1111-2222-3333-444444444444");
     printf("ready\n");
     fflush(stdout);
     while (getchar() != EOF) {

@@ -31,6 +31,12 @@ CFLAGS = ["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{NATIVE / 'src
           f"-I{NATIVE / 'include'}", f"-I{NATIVE / 'include' / 'gpuslice'}", f"-I{CUDA_INC}"]
 
 
+def _region_sources() -> list[Path]:
+    """The CUDA-free part of the library the region tests link (region/, accounting, config)."""
+    return [NATIVE / "src" / p for p in ("config.c", "log.c", "mem/account.c")] + sorted(
+        (NATIVE / "src" / "region").glob("*.c"))
+
+
 def _cc(args: list[str], cwd: Path) -> None:
     res = subprocess.run([CC, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, f"compiling failed:\n{res.stderr}"
@@ -60,8 +66,7 @@ def test_config_parser_accepts_the_shared_grammar_and_names_every_bad_value(tmp_
 
 def test_region_accounting_never_overcommits_and_reclaims_dead_processes(tmp_path: Path) -> None:
     exe = tmp_path / "test_region"
-    srcs = [NATIVE / "src" / p for p in ("config.c", "log.c", "region/region.c", "region/slots.c",
-                                         "mem/account.c")]
+    srcs = _region_sources()
     _cc([*CFLAGS, str(HERE / "test_region.c"), *map(str, srcs), "-o", str(exe), "-lpthread"],
         tmp_path)
     res = _run([str(exe), str(tmp_path)])
@@ -123,8 +128,7 @@ def test_python_region_reader_agrees_with_what_the_c_library_writes(tmp_path: Pa
     from gpuslice.shim import Region
 
     exe = tmp_path / "region_writer"
-    srcs = [NATIVE / "src" / p for p in ("config.c", "log.c", "region/region.c", "region/slots.c",
-                                         "mem/account.c")]
+    srcs = _region_sources()
     _cc([*CFLAGS, str(HERE / "region_writer.c"), *map(str, srcs), "-o", str(exe), "-lpthread"],
         tmp_path)
     path = tmp_path / "region"
@@ -138,7 +142,8 @@ def test_python_region_reader_agrees_with_what_the_c_library_writes(tmp_path: Pa
         assert mine[0].used[:2] == (3 << 20, 5 << 20), "per-device used bytes at the same offsets"
         assert mine[0].pending[:2] == (0, 1 << 20), "pending bytes at the same offsets"
         assert region.devices[0].limit == 64 << 20 and region.sm_limit == 30, "header mirrored"
-        assert region.devices[0].uuid == "GPU-00000000-1111-2222-3333-444444444444", "UUID field"
+        assert region.devices[0].uuid == "GPU-00000000-1111-2222-3333-444444444440", "UUID field"
+        assert region.by_uuid()["GPU-00000000-1111-2222-3333-444444444441"].used == 5 << 20
         assert region.devices[1].used == 5 << 20 and region.devices[1].pending == 1 << 20
     finally:
         proc.communicate(timeout=10)

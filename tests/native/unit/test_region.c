@@ -1,9 +1,12 @@
 /* Unit tests for the shared region and accounting (native/src/region/, native/src/mem/account.c):
  * creation and header checks, slot claim/release, reserve/commit/cancel/release against the
- * limit, no over-commit under concurrent processes, reclaim of dead and reused pids.
+ * limit, no over-commit under concurrent processes, reclaim of dead and reused pids and of slots
+ * whose clearer died, GPUs counted by UUID whatever the ordinal (16+ included), the pid namespace
+ * check, and refusals with every slot taken that do not sweep /proc each time.
  * Built and run by test_native_unit.py (no CUDA). argv[1]: a scratch directory. */
 #define _GNU_SOURCE
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,12 +20,24 @@
 
 #define MiB (1ull << 20)
 
+/* The CUDA side's ordinal -> UUID, as a table the tests rewire (default: ordinal n is GPU-n). */
+static const char *uuid_of[64];
+
+int gs_device_uuid(int ordinal, char *out, size_t len)
+{
+    if (ordinal < 0 || ordinal >= 64) return -1;
+    if (uuid_of[ordinal]) snprintf(out, len, "%s", uuid_of[ordinal]);
+    else snprintf(out, len, "GPU-%d", ordinal);
+    return 0;
+}
+
 static struct gs_config cfg_with(const char *path, uint64_t limit0)
 {
     struct gs_config c;
     memset(&c, 0, sizeof c);
     c.valid = 1;
     c.mem_limit[0] = limit0;
+    c.mem_limit_default = 50 * MiB; /* indexes >= 16 only: 1..15 stay unlimited in these tests */
     c.mem_limited = 1;
     snprintf(c.region_path, sizeof c.region_path, "%s", path);
     return c;
@@ -187,6 +202,122 @@ static void test_a_foreign_file_is_refused(const char *dir)
     EXPECT(gs_region_open(&c) != 0, "a file of the wrong size is not used as a region");
 }
 
+static void test_a_slot_whose_clearer_died_is_taken_over(void)
+{
+    pid_t kid = fork();
+    if (kid == 0) _exit(0);
+    waitpid(kid, NULL, 0); /* a dead pid: the clearer that was SIGKILLed half-way */
+    int idx = forge_live_slot(kid, 0, 9 * MiB);
+    struct gs_region_slot *s = gs_region_slot_at(idx);
+    s->state = GS_SLOT_RECLAIMING_BY(kid);
+    EXPECT(gs_account_total(0) == 0, "a slot being cleared is not counted");
+    gs_region_reclaim(1);
+    EXPECT(s->state == GS_SLOT_FREE && s->pid == 0 && s->used[0] == 0,
+           "a sweep finishes what the dead clearer started (state %#x)", s->state);
+    idx = forge_live_slot(kid, 0, 0);
+    s = gs_region_slot_at(idx);
+    s->state = GS_SLOT_RECLAIMING; /* the v1 encoding: nobody named as clearer */
+    gs_region_reclaim(1);
+    EXPECT(s->state == GS_SLOT_FREE, "a RECLAIMING slot without a live clearer is freed too");
+}
+
+static void test_gpus_are_counted_by_uuid_whatever_the_ordinal(void)
+{
+    uuid_of[2] = "GPU-same";
+    uuid_of[7] = "GPU-same"; /* the same GPU under another ordinal (another CUDA_VISIBLE_DEVICES) */
+    EXPECT(gs_region_entry(2) == gs_region_entry(7) && gs_region_entry(2) >= 0, "one entry per GPU");
+    EXPECT(gs_account_reserve(2, 3 * MiB) == GS_OK, "reserve through ordinal 2");
+    gs_account_commit(2, 3 * MiB);
+    EXPECT(gs_account_used(7) == 3 * MiB, "seen through ordinal 7 too");
+    gs_account_release(7, 3 * MiB);
+    EXPECT(gs_account_used(2) == 0, "released through either ordinal");
+}
+
+static void test_ordinals_past_16_are_capped_and_a_full_table_fails_closed(void)
+{
+    EXPECT(gs_account_limit(20) == 50 * MiB, "ordinal 20 gets CUDA_DEVICE_MEMORY_LIMIT like the others, got %llu",
+           (unsigned long long)gs_account_limit(20));
+    EXPECT(gs_account_reserve(20, 51 * MiB) == GS_OVER, "and is held to it");
+    for (int ord = 21; ord < 40; ord++) gs_region_entry(ord); /* more GPUs than entries */
+    EXPECT(gs_region_entry(39) == GS_DEV_CLOSED, "no entry left for the 17th GPU");
+    EXPECT(gs_account_reserve(39, 1) == GS_OVER, "a GPU without an entry is refused, never passed through");
+}
+
+static void test_with_a_uuid_list_other_gpus_are_refused(const char *dir)
+{
+    pid_t kid = fork();
+    if (kid == 0) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/listed.region", dir);
+        struct gs_config c = cfg_with(path, 8 * MiB);
+        snprintf(c.device_uuids[0], sizeof c.device_uuids[0], "GPU-listed");
+        c.device_uuid_count = 1;
+        uuid_of[50] = "GPU-other";
+        uuid_of[51] = "GPU-listed";
+        if (gs_region_open(&c) != 0) _exit(1);
+        int ok = gs_account_reserve(50, 1) == GS_OVER      /* not the container's GPU */
+                 && gs_account_limit(51) == 8 * MiB          /* index 0 of the list, whatever ordinal */
+                 && gs_account_reserve(51, 9 * MiB) == GS_OVER;
+        _exit(ok ? 0 : 2);
+    }
+    int status = 0;
+    waitpid(kid, &status, 0);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "GPUSLICE_DEVICE_UUIDS fixes the GPUs and their limits; another GPU is refused (exit %d)",
+           WEXITSTATUS(status));
+}
+
+static void test_a_region_of_another_pid_namespace_is_refused(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/otherns.region", dir);
+    pid_t kid = fork();
+    if (kid == 0) {
+        struct gs_config c = cfg_with(path, 1 * MiB);
+        _exit(gs_region_open(&c) == 0 ? 0 : 1);
+    }
+    waitpid(kid, NULL, 0);
+    FILE *f = fopen(path, "r+");
+    uint64_t other_ns = 12345;
+    if (f) {
+        fseek(f, offsetof(struct gs_region_header, pid_ns), SEEK_SET);
+        fwrite(&other_ns, sizeof other_ns, 1, f);
+        fclose(f);
+    }
+    struct gs_region_header *before = gs_region();
+    struct gs_config c = cfg_with(path, 1 * MiB);
+    EXPECT(gs_region_open(&c) != 0, "a region whose pids belong to another namespace is not used");
+    EXPECT(gs_region() == before, "the open region is kept");
+}
+
+static void test_refusals_with_every_slot_taken_do_not_sweep_each_time(void)
+{
+    pid_t kid = fork();
+    if (kid == 0) {
+        for (int i = 0; i < GS_REGION_MAX_SLOTS; i++) {
+            struct gs_region_slot *s = gs_region_slot_at(i);
+            if (s->pid == 0 && s->state == GS_SLOT_FREE) forge_live_slot(getppid(), 0, 0);
+        }
+        struct gs_region_header *h = gs_region();
+        int first = gs_account_reserve(0, 1 * MiB);
+        uint64_t swept = h->last_reclaim_ns;
+        int more = 0;
+        for (int k = 0; k < 50; k++) more += gs_account_reserve(0, 1 * MiB) == GS_OVER;
+        _exit(first == GS_OVER && more == 50 && gs_region_no_slot() && h->last_reclaim_ns == swept ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(kid, &status, 0);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "50 refusals right after a failed claim neither pass nor sweep /proc again");
+    for (int i = 0; i < GS_REGION_MAX_SLOTS; i++) { /* the parent's forged slots: give them back */
+        struct gs_region_slot *s = gs_region_slot_at(i);
+        if (s->pid == getpid() && s->start_time == 0) {
+            s->state = GS_SLOT_FREE;
+            s->pid = 0;
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = argc > 1 ? argv[1] : "/tmp";
@@ -198,5 +329,11 @@ int main(int argc, char **argv)
     test_a_reused_pid_with_another_start_time_is_dead();
     test_a_zombie_is_dead_because_its_memory_is_already_freed();
     test_a_foreign_file_is_refused(dir);
+    test_a_slot_whose_clearer_died_is_taken_over();
+    test_gpus_are_counted_by_uuid_whatever_the_ordinal();
+    test_ordinals_past_16_are_capped_and_a_full_table_fails_closed();
+    test_with_a_uuid_list_other_gpus_are_refused(dir);
+    test_a_region_of_another_pid_namespace_is_refused(dir);
+    test_refusals_with_every_slot_taken_do_not_sweep_each_time();
     return check_report(__FILE__);
 }
