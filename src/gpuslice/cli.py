@@ -93,12 +93,15 @@ def _lazy(module: str, attr: str) -> Callable[..., Any]:
               help="Policy to compare, NODE/GPU or a preset name; repeat for a side-by-side table.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per policy.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@click.option("--jobs", "jobs_file", type=click.Path(dir_okay=False),
+              help="Also write each job's node, GPUs, start, wait or never-placed reason to "
+                   "this file (.csv or .jsonl), one row per job and policy.")
 def simulate(cluster_file: str, trace_file: str, policies: tuple[str, ...], as_json: bool,
-             no_progress: bool) -> None:
+             no_progress: bool, jobs_file: str | None) -> None:
     """Replay a job trace on a simulated cluster with the real allocator."""
     _lazy("gpuslice.simulate.command", "run")(
         cluster_file=cluster_file, trace_file=trace_file, policies=policies,
-        as_json=as_json, progress=not no_progress)
+        as_json=as_json, progress=not no_progress, jobs_file=jobs_file)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -18,8 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from gpuslice.allocator import Policy, parse_policy
 from gpuslice.simulate.cluster import load_cluster
-from gpuslice.simulate.engine import replay
-from gpuslice.simulate.metrics import Metrics
+from gpuslice.simulate.engine import Replay, replay
+from gpuslice.simulate.jobs import check_jobs_path, write_jobs
 from gpuslice.simulate.report import json_lines, render_table
 from gpuslice.simulate.trace import load_trace
 
@@ -38,14 +38,17 @@ def _policies(names: tuple[str, ...]) -> list[Policy]:
 
 
 def run(*, cluster_file: str, trace_file: str, policies: tuple[str, ...], as_json: bool,
-        progress: bool) -> None:
-    """Replay `trace_file` on `cluster_file` under each policy and print the comparison."""
+        progress: bool, jobs_file: str | None = None) -> None:
+    """Replay `trace_file` on `cluster_file` under each policy and print the comparison;
+    with `jobs_file`, also write each job's outcome there (simulate/jobs.py)."""
     chosen = _policies(policies)
+    if jobs_file is not None:
+        check_jobs_path(jobs_file)
     nodes = load_cluster(cluster_file)
     jobs = load_trace(trace_file)
     err = Console(stderr=True)
     show = progress and err.is_terminal
-    results: list[Metrics] = []
+    replays: list[Replay] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("events"), TimeElapsedColumn(), console=err, transient=True,
                   disable=not show) as bar:
@@ -54,7 +57,10 @@ def run(*, cluster_file: str, trace_file: str, policies: tuple[str, ...], as_jso
             result = replay(nodes, jobs, policy,
                             on_progress=lambda n, task=task: bar.update(task, completed=n))
             bar.update(task, completed=2 * len(jobs))
-            results.append(result.metrics)
+            replays.append(result)
+    if jobs_file is not None:
+        write_jobs(jobs_file, jobs, replays)
+    results = [r.metrics for r in replays]
     if as_json:
         sys.stdout.write(json_lines(results))
         sys.stdout.flush()

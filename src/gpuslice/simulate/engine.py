@@ -31,11 +31,12 @@ _DEPART, _ARRIVE = 0, 1  # departures sort before arrivals at the same time
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     """What happened to the job at position `index` of the replayed list: started at `start` on
-    `node`, or never placed for `reason`."""
+    `node` using the GPUs of NVML index `gpus`, or never placed for `reason`."""
 
     index: int
     start: float | None = None
     node: str | None = None
+    gpus: tuple[int, ...] = ()
     reason: str | None = None
 
 
@@ -68,6 +69,7 @@ def replay(nodes: Sequence[NodeInventory], jobs: Sequence[Job], policy: Policy, 
         state.add_node(inv)
         empty.add_node(inv)
     gpus = [g for inv in nodes for g in inv.gpus]
+    gpu_index = {g.uuid: g.index for g in gpus}
     tracker = UsageTracker(gpus, memory_threshold((j.pod for j in jobs), gpus))
     shapes: dict[PodRequest, int] = {}
     shape_of = [shapes.setdefault(_shape(j.pod), len(shapes)) for j in jobs]
@@ -90,7 +92,8 @@ def replay(nodes: Sequence[NodeInventory], jobs: Sequence[Job], policy: Policy, 
         state.assign(keys[i], a)
         tracker.hold(keys[i], a)
         node_of[i] = a.node
-        outcomes[i] = Outcome(index=i, start=t, node=a.node)
+        used = sorted({gpu_index[sl.uuid] for c in a.containers for sl in c.slices})
+        outcomes[i] = Outcome(index=i, start=t, node=a.node, gpus=tuple(used))
         heapq.heappush(heap, (t + jobs[i].duration, _DEPART, i))
         return True
 
