@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    import httpx2 as httpx
     import lightkube
 
     from .envtest import ControlPlane
     from .faults import Faults
+    from .raw import Raw
     from .server import KubeApiServer
 
 IN_PROCESS = "in-process"
@@ -74,6 +76,12 @@ class KubeApi:
 
         return AsyncClient(config=self.config(), **kwargs)
 
+    def http(self) -> httpx.AsyncClient:
+        """A raw HTTP client with the admin credentials, for exact status codes and bodies."""
+        from lightkube.config.client_adapter import AsyncClient, ConnectionParams
+
+        return AsyncClient(self.config().get(), ConnectionParams())
+
     def kubectl(self, *args: str, check: bool = True, timeout: float = 30,
                 **kwargs: Any) -> subprocess.CompletedProcess[str]:
         """Run the machine's kubectl against this API; raises with its stderr on failure."""
@@ -123,3 +131,11 @@ def kube_api(request: pytest.FixtureRequest, kube_control_plane: ControlPlane | 
     settings = getattr(request, "param", None) or {}
     with KubeApiServer(tmp_path / "kubeapi", **settings) as server:
         yield KubeApi(IN_PROCESS, server.url, server.kubeconfig, server=server)
+
+
+@pytest.fixture
+def raw(kube_api: KubeApi) -> Raw:
+    """Plain HTTP calls against `kube_api` (exact status codes, bodies, watch lines)."""
+    from .raw import Raw
+
+    return Raw(kube_api)

@@ -32,6 +32,10 @@ _MUTABLE_POD_SPEC = ("activeDeadlineSeconds", "tolerations", "schedulingGates",
 _BOOKKEEPING = ("name", "namespace", "uid", "resourceVersion", "generation",
                 "creationTimestamp", "managedFields", "deletionTimestamp",
                 "deletionGracePeriodSeconds", "selfLink")
+POD_DEFAULTS = {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+                "dnsPolicy": "ClusterFirst", "securityContext": {},
+                "schedulerName": "default-scheduler", "priority": 0,
+                "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"}
 DEFAULT_TOLERATIONS = [
     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
      "tolerationSeconds": 300},
@@ -40,9 +44,21 @@ DEFAULT_TOLERATIONS = [
 ]
 
 
+def default(rt: ResourceType, obj: Obj) -> Obj:
+    """Scheme defaults, applied to every object the server decodes (create and update)."""
+    if rt.kind != "Pod":
+        return obj
+    spec = dict(obj.get("spec") or {})
+    for kind in ("initContainers", "containers"):
+        if isinstance(spec.get(kind), list):
+            spec[kind] = [_default_container(c) for c in spec[kind] if isinstance(c, dict)]
+    return {**obj, "spec": {**POD_DEFAULTS, **spec}}
+
+
 def prepare_create(rt: ResourceType, obj: Obj) -> Obj:
+    """What only creation does: fresh status, admission defaults, namespace bookkeeping."""
     if rt.kind == "Pod":
-        return _default_pod(obj)
+        return _admit_pod(obj)
     if rt.kind == "Namespace":
         name = obj["metadata"].get("name", "")
         labels = {**(obj["metadata"].get("labels") or {}), "kubernetes.io/metadata.name": name}
@@ -51,16 +67,8 @@ def prepare_create(rt: ResourceType, obj: Obj) -> Obj:
     return obj
 
 
-def _default_pod(pod: Obj) -> Obj:
-    spec = dict(pod.get("spec") or {})
-    for kind in ("initContainers", "containers"):
-        if isinstance(spec.get(kind), list):
-            spec[kind] = [_default_container(c) for c in spec[kind] if isinstance(c, dict)]
-    defaults = {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
-                "dnsPolicy": "ClusterFirst", "securityContext": {},
-                "schedulerName": "default-scheduler", "priority": 0,
-                "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"}
-    spec = {**defaults, **spec}
+def _admit_pod(pod: Obj) -> Obj:
+    spec = dict(pod["spec"])
     tolerations = list(spec.get("tolerations") or [])
     for default in DEFAULT_TOLERATIONS:  # the DefaultTolerationSeconds admission plugin
         if not any(t.get("key") == default["key"] and t.get("effect") in (None, "NoExecute")

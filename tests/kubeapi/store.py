@@ -201,7 +201,7 @@ class Store:
                       "selfLink", "managedFields"):
             meta.pop(stale, None)
         obj = {**body, "apiVersion": rt.api_version, "kind": rt.kind, "metadata": meta}
-        obj = objects.prepare_create(rt, obj)
+        obj = objects.prepare_create(rt, objects.default(rt, obj))
         objects.validate(rt, obj)
         key = (meta.get("namespace") or "", meta["name"])
         if key in self.objects[rt.key]:
@@ -328,7 +328,8 @@ class Store:
                 meta[fixed] = old_meta[fixed]
             else:
                 meta.pop(fixed, None)
-        new = {**new, "apiVersion": rt.api_version, "kind": rt.kind, "metadata": meta}
+        new = objects.default(rt, {**new, "apiVersion": rt.api_version, "kind": rt.kind,
+                                   "metadata": meta})
         objects.check_update(rt, old, new)
         objects.validate(rt, new)
         if new.get("spec") != old.get("spec") and "generation" in meta:
