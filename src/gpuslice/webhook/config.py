@@ -1,0 +1,73 @@
+"""The webhook's settings: one YAML file, `GPUSLICE_WEBHOOK_*` overrides, then flags.
+
+Owns: the schema (every key with its default; docs/webhook.md "Configuration" lists them) and
+turning it into admit.Options. Loading, env names and error wording are gpuslice.config's.
+Failure: ConfigError naming the file or variable and the key, raised before anything listens.
+Tests: tests/unit/webhook/test_webhook_config.py
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from gpuslice import config, dialects
+from gpuslice.webhook.admit import Options
+
+__all__ = ["ENV_PREFIX", "WebhookConfig", "load"]
+
+ENV_PREFIX = "GPUSLICE_WEBHOOK"
+
+_Name = Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
+_Seconds = Annotated[float, msgspec.Meta(gt=0, le=3600)]
+
+
+class DefaultsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """What a slice request gets for a dimension it leaves out (dialects.Defaults)."""
+
+    memory_mib: int | None = msgspec.field(default=None, name="memoryMiB")
+    memory_percent: int | None = msgspec.field(default=None, name="memoryPercent")
+    cores: int = 0
+
+    def __post_init__(self) -> None:
+        try:
+            self.build()
+        except ValueError as exc:  # msgspec -> ConfigError naming `defaults`; say it our way
+            text = str(exc).removeprefix("defaults: ")
+            raise ValueError(text.replace("memory_mib", "memoryMiB")
+                             .replace("memory_percent", "memoryPercent")) from None
+
+    def build(self) -> dialects.Defaults:
+        percent = self.memory_percent
+        if percent is None and self.memory_mib is None:
+            percent = 100
+        return dialects.Defaults(memory_mib=self.memory_mib, memory_percent=percent,
+                                 cores=self.cores)
+
+
+class WebhookConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    scheduler_name: _Name = msgspec.field(default="gpuslice-scheduler", name="schedulerName")
+    opt_out_label: _Name = msgspec.field(default="gpuslice.io/webhook", name="optOutLabel")
+    opt_out_value: str = msgspec.field(default="disabled", name="optOutValue")
+    check_namespace_labels: bool = msgspec.field(default=True, name="checkNamespaceLabels")
+    namespace_cache_seconds: _Seconds = msgspec.field(default=30.0,
+                                                      name="namespaceCacheSeconds")
+    defaults: DefaultsConfig = msgspec.field(default_factory=DefaultsConfig)
+    address: str = "0.0.0.0"
+    port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8443
+    cert_file: _Name = msgspec.field(default="/etc/gpuslice/tls/tls.crt", name="certFile")
+    key_file: _Name = msgspec.field(default="/etc/gpuslice/tls/tls.key", name="keyFile")
+    tls_reload_seconds: _Seconds = msgspec.field(default=10.0, name="tlsReloadSeconds")
+    kubeconfig: str | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = msgspec.field(
+        default="info", name="logLevel")
+
+    def options(self) -> Options:
+        return Options(scheduler_name=self.scheduler_name, opt_out_key=self.opt_out_label,
+                       opt_out_value=self.opt_out_value, defaults=self.defaults.build())
+
+
+def load(path: str | None, **flags: object) -> WebhookConfig:
+    """Defaults < the file at `path` < GPUSLICE_WEBHOOK_* < flags (None = not given)."""
+    return config.load(WebhookConfig, path, env_prefix=ENV_PREFIX, flags=flags)
