@@ -1,6 +1,7 @@
 /* Compute share setup: limit/mode/priority from the region (its values win) or the config,
- * one meter per CUDA context (created at its first launch), the node board file.
- * Owns: gs_compute_init, the context table, GPUSLICE_BOARD_DIR handling.
+ * one meter per CUDA context (created at its first launch; as many as the process has
+ * contexts), the node board file.
+ * Owns: gs_compute_init, the list of meters, GPUSLICE_BOARD_DIR handling.
  * Does not: launch or measure (launch.c, meter.c, timing.c).
  * Failure: no region / no device block / board file errors -> logged once; launches then pass
  * through unthrottled (no region) or run in hard mode (no board). Never blocks the app. */
@@ -28,8 +29,8 @@ int gs_compute_enabled;
 static struct {
     int pct, work_conserving, priority;
     char board_dir[GS_PATH_MAX];
-    pthread_mutex_t mu;            /* creation of table entries */
-    struct gs_cmeter *table[GS_COMPUTE_CONTEXTS];
+    pthread_mutex_t mu;            /* creation of meters */
+    struct gs_cmeter *meters;      /* every context seen launching, newest first; never freed */
     struct gs_board *boards[GS_MAX_DEVICES];
     uint64_t token, boot_id;
     int64_t timens_ns;             /* subtracted from CLOCK_MONOTONIC: the host's clock */
@@ -103,11 +104,11 @@ int gs_compute_init(void)
 {
     const struct gs_config *cfg = gs_config_get();
     struct gs_region_header *h = gs_region();
-    int pct = cfg->sm_limit, mode = (int)cfg->compute_mode;
-    if (h && h->sm_limit > 0 && h->sm_limit < 100) { /* the region's limits win */
-        pct = h->sm_limit;
-        mode = h->compute_mode;
-    }
+    /* The region's limit wins, "none" included: the same rule as gs_hook_kind_active, so a
+     * launch is limited alike whether its entry point came from the export table or from
+     * cuGetProcAddress (region.c logs a process whose env disagrees). */
+    int pct = h ? h->sm_limit : cfg->sm_limit;
+    int mode = h ? h->compute_mode : (int)cfg->compute_mode;
     if (pct <= 0 || pct >= 100)
         return 0;
     if (!h) {
@@ -203,42 +204,40 @@ static struct gs_cmeter *gs_compute_create(CUcontext ctx)
     return cm;
 }
 
+static struct gs_cmeter *gs_compute_find(CUcontext ctx)
+{
+    for (struct gs_cmeter *cm = __atomic_load_n(&gs_c.meters, __ATOMIC_ACQUIRE); cm; cm = cm->next)
+        if (cm->ctx == ctx)
+            return cm;
+    return NULL;
+}
+
 struct gs_cmeter *gs_compute_current(void)
 {
+    /* the meter this thread used last: one compare on the launch path */
+    static __thread struct gs_cmeter *last __attribute__((tls_model("initial-exec")));
     PFN_cuCtxGetCurrent_v4000 get_ctx = gs_real_cuCtxGetCurrent;
     CUcontext ctx = NULL;
     if (!get_ctx || get_ctx(&ctx) != CUDA_SUCCESS || !ctx)
         return NULL;
-    for (int i = 0; i < GS_COMPUTE_CONTEXTS; i++) {
-        struct gs_cmeter *cm = __atomic_load_n(&gs_c.table[i], __ATOMIC_ACQUIRE);
-        if (!cm)
-            break;
-        if (cm->ctx == ctx)
-            return cm;
+    if (last && last->ctx == ctx)
+        return last;
+    struct gs_cmeter *found = gs_compute_find(ctx);
+    if (!found) {
+        pthread_mutex_lock(&gs_c.mu);
+        found = gs_compute_find(ctx);
+        if (!found && (found = gs_compute_create(ctx)) != NULL) {
+            found->next = gs_c.meters;
+            __atomic_store_n(&gs_c.meters, found, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&gs_c.mu);
     }
-    struct gs_cmeter *found = NULL;
-    pthread_mutex_lock(&gs_c.mu);
-    int i = 0;
-    for (; i < GS_COMPUTE_CONTEXTS && gs_c.table[i]; i++)
-        if (gs_c.table[i]->ctx == ctx)
-            found = gs_c.table[i];
-    if (!found && i < GS_COMPUTE_CONTEXTS) {
-        found = gs_compute_create(ctx);
-        if (found)
-            __atomic_store_n(&gs_c.table[i], found, __ATOMIC_RELEASE);
-    } else if (!found) {
-        GS_LOG_ONCE(GS_LOG_WARN, "compute: more than %d CUDA contexts; kernels of the others run "
-                    "without a compute limit", GS_COMPUTE_CONTEXTS);
-    }
-    pthread_mutex_unlock(&gs_c.mu);
+    last = found;
     return found;
 }
 
 __attribute__((destructor)) static void gs_compute_fini(void)
 {
-    for (int i = 0; i < GS_COMPUTE_CONTEXTS; i++) {
-        struct gs_cmeter *cm = __atomic_load_n(&gs_c.table[i], __ATOMIC_ACQUIRE);
-        if (cm)
-            gs_board_leave(&cm->board);
-    }
+    for (struct gs_cmeter *cm = __atomic_load_n(&gs_c.meters, __ATOMIC_ACQUIRE); cm; cm = cm->next)
+        gs_board_leave(&cm->board);
 }

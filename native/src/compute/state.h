@@ -1,7 +1,7 @@
 /* Per-process compute state shared by compute.c (setup) and launch.c (hot path).
- * One gs_cmeter per CUDA context seen launching (table of GS_COMPUTE_CONTEXTS, never freed:
- * a destroyed context's slot just stops being used). Its mutex guards meter + timing +
- * board client; nobody sleeps while holding it. */
+ * One gs_cmeter per CUDA context seen launching, in a list without a bound (~8 KB each, never
+ * freed: a destroyed context's meter just stops being used), so no context ever launches
+ * without a limit. Its mutex guards meter + timing + board client; nobody sleeps holding it. */
 #ifndef GS_COMPUTE_STATE_H
 #define GS_COMPUTE_STATE_H
 
@@ -14,7 +14,6 @@
 #include "meter.h"
 #include "timing.h"
 
-#define GS_COMPUTE_CONTEXTS 16
 #define GS_THROTTLE_MIN_SLEEP_NS 200000LL    /* sleep at least this long when held back */
 #define GS_THROTTLE_MAX_SLEEP_NS 10000000LL  /* re-check (poll, heartbeat) at least this often */
 /* No launch is held back longer than the longest debt the budget can hold: past it something is
@@ -22,6 +21,7 @@
 #define GS_THROTTLE_MAX_WAIT_NS GS_BUDGET_HORIZON_NS
 
 struct gs_cmeter {
+    struct gs_cmeter *next;   /* immutable once published */
     CUcontext ctx;
     int device;
     pthread_mutex_t mu;

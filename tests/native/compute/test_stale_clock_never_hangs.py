@@ -30,10 +30,17 @@ def _env(gs: Harness, **extra: str) -> dict[str, object]:
     return {"limit": "512MiB", "extra": {"CUDA_DEVICE_SM_LIMIT": "30", **extra}}
 
 
-def _loop_ms(gs: Harness, timeout: float = 20, **extra: str) -> float:
+def _loop_ms(gs: Harness, timeout: float = 20, region: Path | None = None, **extra: str) -> float:
     try:
         res = gs.probe(
-            "init", "ctx", "launch", KERNEL_BLOCKS, COUNT, timeout=timeout, **_env(gs, **extra)
+            "init",
+            "ctx",
+            "launch",
+            KERNEL_BLOCKS,
+            COUNT,
+            timeout=timeout,
+            region=region,
+            **_env(gs, **extra),
         )  # type: ignore[arg-type]
     except subprocess.TimeoutExpired:
         pytest.fail(f"the launch loop hung for {timeout} s on times from another clock")
@@ -73,7 +80,7 @@ def test_a_future_heartbeat_on_the_board_is_no_tenant_with_work(gs: Harness) -> 
     board_dir = gs.tmp / "board"
     board_dir.mkdir()
     wc = {"GPUSLICE_COMPUTE_MODE": "work-conserving", "GPUSLICE_BOARD_DIR": str(board_dir)}
-    free = _loop_ms(gs, CUDA_DEVICE_SM_LIMIT="0")
+    free = _loop_ms(gs, region=gs.tmp / "free.region", CUDA_DEVICE_SM_LIMIT="0")
     _loop_ms(gs, **wc)  # creates the board and leaves our slot on it
     (board,) = board_dir.glob("GPU-*.board")
     slot = BOARD_HEADER + 7 * BOARD_SLOT  # owner, tenant, heartbeat, priority (0 = high)
