@@ -77,7 +77,7 @@ class BuildWithNative(build_py):
             return
         zig = f"{sys.executable} -m ziglang" if RELEASE else ""  # empty: the host cc
         subprocess.run(["make", "-C", str(ROOT / "native"), f"ZIG={zig}",
-                        f"CUDA_INCLUDE={inc}", f"CUDA_INC={inc}"], check=True)
+                        f"CUDA_INCLUDE={inc}"], check=True)
         if getattr(self, "editable_mode", False):
             return  # the checkout's native/build/ is where an editable install looks
         target.mkdir(parents=True, exist_ok=True)

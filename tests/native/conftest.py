@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from harness import Binaries, BuildError, Harness, build_all
+from harness import CUDA_INCLUDE, Binaries, BuildError, Harness, build_all
 
 _cached: dict[str, Binaries | BuildError] = {}
 
@@ -29,8 +29,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def _cannot_build() -> str | None:
     """Why this machine cannot build the library (setup.py's rule), or None."""
-    inc = Path(os.environ.get("CUDA_INCLUDE")
-               or Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda") / "include")
+    inc = Path(CUDA_INCLUDE)
     if not (inc / "cuda.h").is_file():
         return f"no CUDA headers ({inc / 'cuda.h'} not found; set CUDA_HOME or CUDA_INCLUDE)"
     for tool in ("make", os.environ.get("CC") or "cc"):
