@@ -62,7 +62,8 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
             out_spec[key] = [{k: c[k] for k in _CONTAINER_KEYS if k in c}
                              for c in spec[key] if isinstance(c, Mapping)]
     phase = (pod.get("status") or {}).get("phase")
-    return {"metadata": out_meta, "spec": out_spec, "status": {"phase": phase} if phase else {}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": out_meta, "spec": out_spec,
+            "status": {"phase": phase} if phase else {}}
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:

@@ -1,0 +1,111 @@
+"""The extender's HTTP routes: POST /filter, /prioritize, /bind, plus /healthz /readyz /metrics.
+
+Owns: decoding each body (wire.py), calling the verb, encoding the reply, timing it, and the
+rule that only the leader binds. Errors go in the reply with HTTP 200, as kube-scheduler expects
+(`Error` for filter and bind; prioritize has no error field, so an invalid pod scores 0 and an
+unreadable body gets 400, which the scheduler logs and ignores).
+Does not: decide anything (filter.py, prioritize.py, bind.py) or start services (service.py).
+No /preempt: without it kube-scheduler picks victims by its own resources only; our
+FailedAndUnresolvable marks keep it from evicting where GPUs cannot be freed (docs/scheduler.md).
+Tests: tests/unit/scheduler/test_app.py
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from aiohttp import web
+
+from gpuslice import ops
+from gpuslice.errors import RequestError
+from gpuslice.kube.events import EventRecorder
+from gpuslice.scheduler import wire
+from gpuslice.scheduler.bind import Binder
+from gpuslice.scheduler.filter import Evaluator, Verdict, filter_reply, unfit_message
+from gpuslice.scheduler.metrics import Metrics
+from gpuslice.scheduler.prioritize import prioritize_reply
+
+__all__ = ["NOT_LEADER", "make_app"]
+
+NOT_LEADER = ("this gpuslice-scheduler replica is not the leader and does not bind; "
+              "kube-scheduler will retry (check the leader's /readyz)")
+
+
+def _json(obj: object) -> web.Response:
+    return web.Response(body=wire.encode(obj), content_type="application/json")
+
+
+def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable[[], str | None],
+             is_leader: Callable[[], bool], recorder: EventRecorder | None = None
+             ) -> web.Application:
+    async def evaluate(request: web.Request) -> tuple[wire.ExtenderArgs, Verdict, list[str]]:
+        args = wire.decode(await request.read(), wire.ExtenderArgs)
+        if args.NodeNames is not None:
+            return args, ev.cached(args.Pod, args.NodeNames), args.NodeNames
+        if args.Nodes is not None:
+            verdict, names = ev.given(args.Pod, args.Nodes)
+            return args, verdict, names
+        raise wire.WireError("ExtenderArgs body: both Nodes and NodeNames are null; "
+                             "send one of them")
+
+    async def filter_(request: web.Request) -> web.Response:
+        t0 = time.perf_counter()
+        try:
+            args, verdict, names = await evaluate(request)
+        except (wire.WireError, RequestError) as exc:
+            return _json(wire.FilterResult(Error=str(exc)))
+        reply = filter_reply(verdict, names)
+        if args.Nodes is not None:  # answer in the request's shape: the fitting Node objects
+            keep = set(reply.NodeNames or ())
+            items = [raw for raw, name in zip(args.Nodes.items, names, strict=True)
+                     if name in keep]
+            reply = wire.FilterResult(Nodes=wire.NodeList(items=items,
+                                                          metadata=args.Nodes.metadata),
+                                      FailedNodes=reply.FailedNodes,
+                                      FailedAndUnresolvableNodes=reply.FailedAndUnresolvableNodes)
+        elif not reply.NodeNames and names:
+            top = Counter(verdict.failed[n].reason for n in names).most_common(1)[0][0]
+            metrics.refused.labels("waiting for an in-flight pod"
+                                   if top.startswith("waiting for pod") else top).inc()
+            if recorder is not None and is_leader():
+                recorder.emit({"apiVersion": "v1", "kind": "Pod", **args.Pod}, "Warning",
+                              "NoGPUFit", unfit_message(verdict, names))
+        response = _json(reply)
+        metrics.latency.labels("filter").observe(time.perf_counter() - t0)
+        return response
+
+    async def prioritize(request: web.Request) -> web.Response:
+        t0 = time.perf_counter()
+        try:
+            _, verdict, names = await evaluate(request)
+            reply = prioritize_reply(ev, verdict, names)
+        except wire.WireError as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        except RequestError:
+            return _json([])  # the filter has already refused this pod with the reason
+        response = _json(reply)
+        metrics.latency.labels("prioritize").observe(time.perf_counter() - t0)
+        return response
+
+    async def bind(request: web.Request) -> web.Response:
+        t0 = time.perf_counter()
+        try:
+            args = wire.decode(await request.read(), wire.BindingArgs)
+        except wire.WireError as exc:
+            return _json(wire.BindingResult(Error=str(exc)))
+        error = await binder.bind(args) if is_leader() else NOT_LEADER
+        if error:
+            metrics.bind_failed.inc()
+        else:
+            metrics.placed.inc()
+        metrics.latency.labels("bind").observe(time.perf_counter() - t0)
+        return _json(wire.BindingResult(Error=error))
+
+    app = web.Application(client_max_size=64 << 20)  # a NodeList of 5,000 nodes is ~20 MiB
+    app.router.add_post("/filter", filter_)
+    app.router.add_post("/prioritize", prioritize)
+    app.router.add_post("/bind", bind)
+    ops.add_ops_routes(app, ready=ready, registry=metrics.registry)
+    return app

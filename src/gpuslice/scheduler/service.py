@@ -1,0 +1,151 @@
+"""The running extender: client, the two informers, leader election, the sweeper and HTTP.
+
+Owns: wiring the parts (ExtenderState fed by a Node informer and a managed-Pod informer through
+the trimmers; Evaluator, Binder, Metrics, routes), readiness (both caches synced, and this
+replica the leader: a follower answers filter/prioritize if asked but refuses bind, and its
+/readyz keeps a Service from sending kube-scheduler to it), and `serve` for the CLI.
+Does not: decide placement or write the API itself (bind.py does).
+Failure: configuration and API-access problems raise ConfigError / EnvironmentProblem before
+anything listens; watch failures are the informers' (back-off, relist), never fatal.
+Tests: tests/integration/scheduler/
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node, Pod
+
+from gpuslice import handoff, ops
+from gpuslice.kube.cache import Change, Informer
+from gpuslice.kube.events import EventRecorder
+from gpuslice.scheduler import app as routes
+from gpuslice.scheduler.bind import Binder
+from gpuslice.scheduler.config import SchedulerConfig
+from gpuslice.scheduler.filter import Evaluator
+from gpuslice.scheduler.metrics import Metrics
+from gpuslice.scheduler.state import ExtenderState, trim_node, trim_pod
+
+__all__ = ["Extender", "serve"]
+
+log = logging.getLogger(__name__)
+
+_SWEEP_S = 1.0
+
+
+class Extender:
+    """One extender replica. `start()` / `stop()` for tests, `run()` for the service."""
+
+    def __init__(self, cfg: SchedulerConfig, client: AsyncClient, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cfg, self.client = cfg, client
+        self.state = ExtenderState(timeout_s=cfg.in_flight_timeout_seconds, clock=clock)
+        self.evaluator = Evaluator(self.state, cfg.placement_policy(), cfg.defaults.build())
+        self.recorder = EventRecorder(client, cfg.scheduler_name)
+        self.binder = Binder(client, self.evaluator, self.recorder, attempts=cfg.bind_attempts,
+                             clock=clock)
+        self.metrics = Metrics(self.state)
+        self.nodes: Informer[Any] = Informer(client, Node, trim=trim_node,
+                                             handler=self._node_changed)
+        self.pods: Informer[Any] = Informer(client, Pod, labels={handoff.MANAGED_LABEL: "true"},
+                                            trim=trim_pod, handler=self._pod_changed)
+        self.elector = self._elector()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    def _elector(self) -> Any:
+        le = self.cfg.leader_election
+        if not le.enabled:
+            return None
+        from gpuslice.kube.lease import LeaderElector
+
+        return LeaderElector(self.client, name=le.lease_name, namespace=le.lease_namespace,
+                             identity=le.identity or None, lease_duration_s=le.lease_seconds,
+                             renew_deadline_s=le.renew_deadline_seconds,
+                             retry_period_s=le.retry_period_seconds)
+
+    # -- views for the routes --------------------------------------------------------------
+    def is_leader(self) -> bool:
+        return self.elector is None or bool(self.elector.is_leader)
+
+    def ready(self) -> str | None:
+        missing = [i.name for i in (self.nodes, self.pods) if not i.synced.is_set()]
+        if missing:
+            return f"cache of {' and '.join(missing)} not synced yet"
+        if not self.is_leader():
+            return "not the leader (a follower does not bind)"
+        return None
+
+    def app(self) -> web.Application:
+        return routes.make_app(self.evaluator, self.binder, self.metrics, ready=self.ready,
+                               is_leader=self.is_leader, recorder=self.recorder)
+
+    # -- life cycle --------------------------------------------------------------------------
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Start the informers, the elector, the sweeper and HTTP; returns the port."""
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self.nodes.run()), loop.create_task(self.pods.run()),
+                       loop.create_task(self._sweep())]
+        if self.elector is not None:
+            self._tasks.append(loop.create_task(self.elector.run()))
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        log.info("listening", extra={"address": host, "port": self.port})
+        return self.port
+
+    async def stop(self) -> None:
+        self.nodes.stop()
+        self.pods.stop()
+        if self.elector is not None:
+            await self.elector.stop()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.recorder.flush()
+
+    async def run(self) -> None:
+        await self.start(self.cfg.address, self.cfg.port)
+        try:
+            await asyncio.gather(*self._tasks)
+        finally:
+            await self.stop()
+
+    # -- feeds -------------------------------------------------------------------------------
+    def _node_changed(self, c: Change[Any]) -> None:
+        self.state.on_node(c.type, c.new if c.new is not None else c.old)
+
+    def _pod_changed(self, c: Change[Any]) -> None:
+        self.state.on_pod(c.type, c.new if c.new is not None else c.old)
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(_SWEEP_S)
+            self.state.sweep()
+
+
+def serve(config_path: str | None, **flags: Any) -> None:
+    """`gpuslice scheduler`: load the config (ConfigError), find the API (EnvironmentProblem),
+    then serve until interrupted."""
+    from gpuslice.kube.client import make_client
+    from gpuslice.scheduler import config
+
+    cfg = config.load(config_path, **flags)
+    ops.setup_logging(cfg.log_level)
+    client = make_client(cfg.kubeconfig, timeout_s=cfg.api_timeout_seconds)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(Extender(cfg, client).run())
