@@ -1,0 +1,82 @@
+"""bind against a flaky API server: a 409 or an error on the assignment patch or the Binding is
+retried with a fresh read; when binding fails for good the assignment is removed again, the
+slices are released and the pod gets a BindFailed event. Never a half-written assignment."""
+
+from __future__ import annotations
+
+import pytest
+from lightkube.resources.core_v1 import Event
+from sched_helpers import Running, create, node_obj, pod_obj, wait_for
+
+from gpuslice import codec, handoff
+from gpuslice.kube.client import dict_view
+
+
+async def placed(ext: Running, name: str) -> None:
+    await create(ext.client, pod_obj(name))
+    await wait_for(lambda: ext.ext.state.pod(f"default/{name}") is not None, "the pod in cache")
+
+
+@pytest.mark.parametrize("subresource", ["", "binding"], ids=["assignment-patch", "binding"])
+async def test_one_conflict_is_retried_and_the_pod_is_bound_once(kube_api, subresource):
+    faults = kube_api.need_faults()
+    await create(kube_api.async_client(), node_obj("gpu-1"))
+    async with Running(kube_api) as ext:
+        await placed(ext, "p")
+        faults.fail_next(1, code=409, method="PATCH" if not subresource else "POST",
+                         resource="pods", name="p", subresource=subresource)
+        assert await ext.bind("p", "gpu-1") == ""
+        pod = await ext.pod("p")
+        assert pod["spec"]["nodeName"] == "gpu-1"
+        assert codec.decode_assignment(
+            pod["metadata"]["annotations"][codec.ASSIGNMENT_ANNOTATION]).node == "gpu-1"
+
+
+async def test_a_binding_that_keeps_failing_removes_the_assignment_and_says_why(kube_api):
+    faults = kube_api.need_faults()
+    await create(kube_api.async_client(), node_obj("gpu-1"))
+    async with Running(kube_api) as ext:
+        await placed(ext, "p")
+        faults.fail_next(10, code=500, message="etcd is on fire", method="POST",
+                         resource="pods", name="p", subresource="binding")
+        error = await ext.bind("p", "gpu-1")
+        assert error.startswith("bind default/p to gpu-1: ") and "etcd is on fire" in error
+        pod = await ext.pod("p")
+        ann = pod["metadata"].get("annotations") or {}
+        assert codec.ASSIGNMENT_ANNOTATION not in ann and handoff.BOUND_AT not in ann, \
+            "a failed bind must not leave an assignment the node agent could act on"
+        assert "nodeName" not in pod["spec"]
+        assert ext.ext.state.held("default/p") is None, "the slices are free again"
+
+        async def event_posted() -> bool:
+            events = [e async for e in ext.client.list(dict_view(Event), namespace="default")]
+            return any(e["reason"] == "BindFailed" and "etcd is on fire" in e["message"]
+                       for e in events)
+        await wait_for(event_posted, "the BindFailed event")
+
+        faults.reset()
+        assert await ext.bind("p", "gpu-1") == "", "the scheduler's retry then binds it"
+
+
+async def test_binding_a_pod_already_bound_elsewhere_fails_without_writing(kube_api):
+    await create(kube_api.async_client(), node_obj("gpu-1"))
+    await create(kube_api.async_client(), node_obj("gpu-2"))
+    async with Running(kube_api) as ext:
+        await placed(ext, "p")
+        assert await ext.bind("p", "gpu-1") == ""
+        before = await ext.pod("p")
+        error = await ext.bind("p", "gpu-2")
+        assert "already bound to node gpu-1" in error
+        after = await ext.pod("p")
+        assert after["metadata"]["annotations"] == before["metadata"]["annotations"]
+        assert await ext.bind("p", "gpu-1") == "", "a repeated bind to the same node is a no-op"
+
+
+async def test_a_bind_for_a_recreated_pod_is_refused(kube_api):
+    await create(kube_api.async_client(), node_obj("gpu-1"))
+    async with Running(kube_api) as ext:
+        await placed(ext, "p")
+        reply = await ext.verb("bind", {"PodName": "p", "PodNamespace": "default",
+                                        "PodUID": "0000-old-uid", "Node": "gpu-1"})
+        assert "the pod was recreated" in reply["Error"]
+        assert "nodeName" not in (await ext.pod("p"))["spec"]
