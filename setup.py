@@ -33,7 +33,7 @@ except ImportError:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parent
 RELEASE = os.environ.get("GPUSLICE_RELEASE", "") not in ("", "0")
-SKIPPED_NOTE = "NOT-BUILT.txt"  # shipped instead of the library: why, and how to build it
+SKIPPED_NOTE = "NOT-BUILT.txt"  # shipped instead of the library: why (gpuslice.shim reads it)
 
 
 def cuda_include() -> Path:
@@ -47,7 +47,7 @@ def cuda_include() -> Path:
 def missing_tools(inc: Path) -> str | None:
     """Why the library cannot be built here (None: it can)."""
     if not (inc / "cuda.h").is_file():
-        return f"no CUDA headers ({inc / 'cuda.h'} not found)"
+        return f"no CUDA headers: {inc / 'cuda.h'} not found"
     if RELEASE and importlib.util.find_spec("ziglang") is None:
         return "GPUSLICE_RELEASE=1 needs the ziglang package (pip install ziglang)"
     for tool in ("make", os.environ.get("CC") or "cc"):
@@ -73,7 +73,7 @@ class BuildWithNative(build_py):
             print(line, file=sys.stderr, flush=True)
             if not getattr(self, "editable_mode", False):
                 target.mkdir(parents=True, exist_ok=True)
-                (target / SKIPPED_NOTE).write_text(line + "\n")
+                (target / SKIPPED_NOTE).write_text(why + "\n")
             return
         zig = f"{sys.executable} -m ziglang" if RELEASE else ""  # empty: the host cc
         subprocess.run(["make", "-C", str(ROOT / "native"), f"ZIG={zig}",

@@ -289,11 +289,11 @@ def library_path() -> Path:
         if c.is_file():
             return c
     note = here / "_native" / "NOT-BUILT.txt"  # setup.py's reason, when it skipped the build
-    why = note.read_text().strip().removeprefix("gpuslice: ") + "; " if note.is_file() else ""
-    raise ShimError(f"{why}libgpuslice.so is not built or installed (looked in "
-                    + ", ".join(str(c) for c in candidates)
-                    + "); build it with `make -C native CUDA_HOME=/path/to/cuda` in a checkout "
-                    "and reinstall, or set GPUSLICE_LIBRARY to the built file")
+    what = (f"libgpuslice.so was not built when gpuslice was installed ({note.read_text().strip()})"
+            if note.is_file() else "libgpuslice.so is not built or installed (looked in "
+            + ", ".join(str(c) for c in candidates) + ")")
+    raise ShimError(f"{what}; build it with `make -C native CUDA_HOME=/path/to/cuda` in a "
+                    "checkout and reinstall, or set GPUSLICE_LIBRARY to the built file")
 
 
 SMALL_CAP = 64 << 20

@@ -112,6 +112,20 @@ def test_a_byte_count_given_as_a_bare_number_is_caught_as_a_unit_mix_up() -> Non
     assert "a bare number is MiB" in err[0] and '"4096" if you meant MiB' in err[0]
 
 
+def test_an_install_without_the_library_says_why_it_was_not_built(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "_native").mkdir()
+    (tmp_path / "_native" / "NOT-BUILT.txt").write_text("no CUDA headers: /x/cuda.h not found\n")
+    monkeypatch.setattr(shim, "__file__", str(tmp_path / "shim.py"))
+    monkeypatch.delenv("GPUSLICE_LIBRARY", raising=False)
+    code, err, _ = invoke("shim", "--path")
+    assert code == 3
+    assert err == ["gpuslice: error: libgpuslice.so was not built when gpuslice was installed (no "
+                   "CUDA headers: /x/cuda.h not found); build it with `make -C native "
+                   "CUDA_HOME=/path/to/cuda` in a checkout and reinstall, or set GPUSLICE_LIBRARY "
+                   "to the built file"]
+
+
 def _fake_env() -> dict[str, str]:
     if not (FAKE / "libcuda.so.1").is_file() or not LIB.is_file():
         pytest.skip("needs native/build (run the native tests or `make -C native/fake`)")
