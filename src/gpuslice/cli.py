@@ -140,6 +140,20 @@ def top(region: str | None, once: bool, as_json: bool) -> None:
 
 
 @main.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="Config file (YAML); GPUSLICE_SCHEDULER_* variables override it.")
+@click.option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, else in-cluster).")
+@click.option("--port", type=int, help="Port to serve the extender verbs on (default 8888).")
+@click.option("--policy", help="Placement policy: binpack, spread, topology or NODE/GPU.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
+def scheduler(config_file: str | None, kubeconfig: str | None, port: int | None,
+              policy: str | None, log_level: str | None) -> None:
+    """Serve the kube-scheduler extender (filter, prioritize, bind) until interrupted."""
+    _lazy("gpuslice.scheduler.service", "serve")(
+        config_file, kubeconfig=kubeconfig, port=port, policy=policy, logLevel=log_level)
+
+
+@main.command()
 @click.option("--path", "show_path", is_flag=True, help="Print the path of libgpuslice.so.")
 def shim(show_path: bool) -> None:
     """Information about the in-container library libgpuslice.so."""
