@@ -1,6 +1,7 @@
 /* Fake driver state: env config, the (optionally shared) state file, per-process slots, charging.
  * Charging takes a process mutex plus flock on the state file; the kernel drops the flock of a
- * killed process, and a dead pid's bytes are dropped on the next charge (like the real driver). */
+ * killed process, and a dead pid's bytes are dropped on the next charge (like the real driver),
+ * as are the bytes of this pid's image before exec(). */
 #include "fake.h"
 
 #include <errno.h>
@@ -97,6 +98,22 @@ static void init_layout(struct fake_shared *s) {
     s->magic = FAKE_STATE_MAGIC;
 }
 
+static void lock_all(void);
+static void unlock_all(void);
+static uint64_t start_time_of(pid_t pid);
+
+/* This pid's slot from the image before exec(): exec frees a process's device memory. */
+static void drop_pre_exec(void) {
+    uint64_t start = start_time_of(getpid());
+    lock_all();
+    for (int i = 0; i < FAKE_MAX_PROCS; i++) {
+        struct fake_proc *p = &g_state->procs[i];
+        if (atomic_load(&p->pid) == getpid() && p->start_time == start)
+            atomic_store(&p->pid, 0);
+    }
+    unlock_all();
+}
+
 static void init_once(void) {
     g_cfg.ndev = (int)env_long("FAKE_CUDA_DEVICES", 1, 0, FAKE_MAX_DEV);
     g_cfg.ctx_bytes = (uint64_t)env_long("FAKE_CUDA_CONTEXT_MIB", 0, 0, 1 << 20) * FAKE_MIB;
@@ -142,6 +159,7 @@ static void init_once(void) {
     }
     if ((int)g_state->ndev < g_cfg.ndev)
         g_cfg.ndev = (int)g_state->ndev; /* the file's creator decided; keep one view */
+    drop_pre_exec();
 }
 
 const struct fake_cfg *fake_cfg(void) {
@@ -227,6 +245,7 @@ static struct fake_proc *my_slot_locked(void) {
     }
     if (g_slot >= 0 && g_slot_pid == getpid())
         return &s->procs[g_slot];
+    uint64_t start = start_time_of(getpid());
     for (int i = 0; i < FAKE_MAX_PROCS; i++) {
         struct fake_proc *p = &s->procs[i];
         if (atomic_load(&p->pid) == 0) {
@@ -234,7 +253,7 @@ static struct fake_proc *my_slot_locked(void) {
                 atomic_store(&p->used[d], 0);
                 atomic_store(&s->unlisted[i][d], 0);
             }
-            p->start_time = start_time_of(getpid());
+            p->start_time = start;
             atomic_store(&p->pid, getpid());
             g_slot = i;
             g_slot_pid = getpid();
