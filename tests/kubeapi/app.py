@@ -125,6 +125,10 @@ class ApiApp:
             return reply(VERSION)
         if path in ("healthz", "readyz", "livez"):
             return web.Response(text="ok")
+        if path == "openapi/v3":
+            return reply(resources.openapi_v3_index())
+        if path.startswith("openapi/v3/"):
+            return self._found(resources.openapi_v3(path.removeprefix("openapi/v3/")))
         raise errors.path_not_found()
 
     def _found(self, doc: dict[str, Any] | None) -> web.Response:
@@ -275,6 +279,7 @@ class ApiApp:
             raise errors.bad_request(f"invalid timeoutSeconds {q.get('timeoutSeconds')!r}") \
                 from None
         matcher = self._matcher(t, q)
+        as_table = tables.wanted(request)
         response = web.StreamResponse(headers={"Content-Type": JSON})
         response.enable_chunked_encoding()
         if self.faults.take_watch_expiry(t.rt.plural):
@@ -293,11 +298,14 @@ class ApiApp:
             await self._write(response, "ERROR", p.status)
             return response
         start_rv = self.store.rv
+        if as_table:  # kubectl get -w: each event's object is a one-row Table
+            watcher.present = lambda obj: tables.table(t.rt, [obj], obj["metadata"][
+                "resourceVersion"])
         self.watches.add((t.rt, watcher))
         try:
             await response.prepare(request)
-            for event in backlog:
-                await self._write(response, *event)
+            for kind, obj in backlog:
+                await self._write(response, kind, watcher.present(obj))
             if initial:
                 await self._write(response, "BOOKMARK", self._bookmark(
                     t.rt, start_rv, {"k8s.io/initial-events-end": "true"}))
@@ -333,6 +341,7 @@ class ApiApp:
                 if bookmarks:
                     await self._write(response, "BOOKMARK", self._bookmark(rt, obj["rv"]))
                 continue
+            obj = watcher.present(obj)
             if self.faults.scenario_on(REORDERED_EVENTS, rt.plural) and held is None:
                 held = (kind, obj)
                 continue

@@ -1,6 +1,8 @@
 """The resource types the test API server serves, and the discovery documents built from them.
 Owns: the table (group, version, plural, kind, scope, subresources), /api, /apis, /api/v1 and
-/apis/<group>/<version> documents good enough for kubectl and lightkube.
+/apis/<group>/<version> documents good enough for kubectl and lightkube, and an OpenAPI v3
+skeleton (paths and their GVKs, no schemas) from which kubectl learns that the server does
+field validation itself, so it does not need schemas to validate client-side.
 Does not: hold objects (store.py) or route requests (server.py).
 Adding a type is one row in RESOURCES; nothing else knows the list.
 Tests: tests/integration/kubeapi/test_kubectl_against_test_server.py (discovery through kubectl)"""
@@ -114,3 +116,31 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
     if not group and version != "v1":
         return None
     return _resource_list(group, version)
+
+
+def _gv_path(group: str, version: str) -> str:
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+def openapi_v3_index() -> dict[str, Any]:
+    gvs = [("", "v1"), *_groups()]
+    return {"paths": {_gv_path(g, v): {"serverRelativeURL": f"/openapi/v3/{_gv_path(g, v)}"}
+                      for g, v in gvs}}
+
+
+def openapi_v3(path: str) -> dict[str, Any] | None:
+    """The document for one group-version: each object path with its PATCH operation (what
+    kubectl reads to see `fieldValidation` is supported), no schemas."""
+    found = [rt for rt in RESOURCES if _gv_path(rt.group, rt.version) == path]
+    if not found:
+        return None
+    paths = {}
+    for rt in found:
+        ns = "/namespaces/{namespace}" if rt.namespaced else ""
+        gvk = {"group": rt.group, "version": rt.version, "kind": rt.kind}
+        param = {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}
+        operation = {"x-kubernetes-group-version-kind": gvk, "parameters": [param]}
+        paths[f"/{path}{ns}/{rt.plural}/{{name}}"] = {"patch": operation, "put": operation}
+        paths[f"/{path}{ns}/{rt.plural}"] = {"post": operation}
+    return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": "v1.36.0"},
+            "paths": paths}

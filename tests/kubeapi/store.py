@@ -59,7 +59,8 @@ class Watcher:
     rt: ResourceType
     namespace: str | None
     matches: Matcher
-    queue: asyncio.Queue[tuple[str, Obj] | None] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[tuple[str, Obj]] = field(default_factory=asyncio.Queue)
+    present: Callable[[Obj], Obj] = lambda obj: obj  # how the stream shows an object
 
     def translate(self, change: Change) -> tuple[str, Obj] | None:
         """The event this watcher sees: an object leaving its selector is DELETED for it."""
