@@ -69,5 +69,8 @@ class WebhookConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fr
 
 
 def load(path: str | None, **flags: object) -> WebhookConfig:
-    """Defaults < the file at `path` < GPUSLICE_WEBHOOK_* < flags (None = not given)."""
-    return config.load(WebhookConfig, path, env_prefix=ENV_PREFIX, flags=flags)
+    """Defaults < the file at `path` < GPUSLICE_WEBHOOK_* < flags, given by attribute name
+    (cert_file=...; None = not given)."""
+    wire = {f.name: f.encode_name for f in msgspec.structs.fields(WebhookConfig)}
+    return config.load(WebhookConfig, path, env_prefix=ENV_PREFIX,
+                       flags={wire[k]: v for k, v in flags.items()})

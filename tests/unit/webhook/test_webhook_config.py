@@ -29,9 +29,9 @@ def test_file_then_env_then_flags(tmp_path, monkeypatch):
                     "optOutLabel: example.com/skip\n")
     monkeypatch.setenv("GPUSLICE_WEBHOOK_PORT", "9100")
     monkeypatch.setenv("GPUSLICE_WEBHOOK_DEFAULTS__CORES", "20")
-    got = config.load(str(path), port=9443, cert_file=None)
-    assert (got.scheduler_name, got.port, got.cert_file) == (
-        "from-file", 9443, "/etc/gpuslice/tls/tls.crt")
+    got = config.load(str(path), port=9443, cert_file=None, key_file="/k")
+    assert (got.scheduler_name, got.port, got.cert_file, got.key_file) == (
+        "from-file", 9443, "/etc/gpuslice/tls/tls.crt", "/k")
     assert got.options().defaults == dialects.Defaults(memory_mib=2048, cores=20)
     assert got.options().opt_out_key == "example.com/skip"
 
