@@ -3,7 +3,9 @@
 Owns: decoding each body (wire.py), calling the verb, encoding the reply, timing it, and the
 rule that only the leader binds. Errors go in the reply with HTTP 200, as kube-scheduler expects
 (`Error` for filter and bind; prioritize has no error field, so an invalid pod scores 0 and an
-unreadable body gets 400, which the scheduler logs and ignores).
+unreadable body gets 400, which the scheduler logs and ignores). Extenders are called for every
+scheduler profile: a pod that names another scheduler passes filter untouched and is bound
+without an assignment (bind.py).
 Does not: decide anything (filter.py, prioritize.py, bind.py) or start services (service.py).
 No /preempt: without it kube-scheduler picks victims by its own resources only; our
 FailedAndUnresolvable marks keep it from evicting where GPUs cannot be freed (docs/scheduler.md).
@@ -33,6 +35,13 @@ NOT_LEADER = ("this gpuslice-scheduler replica is not the leader and does not bi
               "kube-scheduler will retry (check the leader's /readyz)")
 
 
+class _NotOurs(Exception):
+    """A pod of another scheduler profile (extenders are called for every profile)."""
+
+    def __init__(self, args: wire.ExtenderArgs) -> None:
+        self.body = args
+
+
 def _json(obj: object) -> web.Response:
     return web.Response(body=wire.encode(obj), content_type="application/json")
 
@@ -42,6 +51,8 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
              ) -> web.Application:
     async def evaluate(request: web.Request) -> tuple[wire.ExtenderArgs, Verdict, list[str]]:
         args = wire.decode(await request.read(), wire.ExtenderArgs)
+        if not ev.ours(args.Pod):
+            raise _NotOurs(args)
         if args.NodeNames is not None:
             return args, ev.cached(args.Pod, args.NodeNames), args.NodeNames
         if args.Nodes is not None:
@@ -54,6 +65,9 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
         t0 = time.perf_counter()
         try:
             args, verdict, names = await evaluate(request)
+        except _NotOurs as other:  # another profile's pod: no opinion
+            return _json(wire.FilterResult(Nodes=other.body.Nodes,
+                                           NodeNames=other.body.NodeNames))
         except (wire.WireError, RequestError) as exc:
             return _json(wire.FilterResult(Error=str(exc)))
         reply = filter_reply(verdict, names)
@@ -83,8 +97,8 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
             reply = prioritize_reply(ev, verdict, names)
         except wire.WireError as exc:
             return web.Response(status=400, text=f"{exc}\n")
-        except RequestError:
-            return _json([])  # the filter has already refused this pod with the reason
+        except (RequestError, _NotOurs):
+            return _json([])  # refused by the filter already, or another profile's pod
         response = _json(reply)
         metrics.latency.labels("prioritize").observe(time.perf_counter() - t0)
         return response

@@ -64,6 +64,9 @@ class Binder:
             pod = await self._pod(args, fresh=False)
             if _node_name(pod) == args.Node:
                 return ""  # a retried bind whose Binding already landed
+            if not self.ev.ours(pod):  # another profile's pod: bind it, place nothing
+                await self._post_binding(args)
+                return ""
             annotations = self._choose(key, pod, args)
             try:
                 pod = await self._write(args, pod, annotations)

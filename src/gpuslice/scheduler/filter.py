@@ -61,10 +61,16 @@ class Evaluator:
     """Evaluates pods against the cached cluster (or against given Node objects)."""
 
     def __init__(self, state: ExtenderState, policy: Policy,
-                 defaults: dialects.Defaults | None = None) -> None:
+                 defaults: dialects.Defaults | None = None, *,
+                 scheduler_name: str = "gpuslice-scheduler") -> None:
         self.state, self.policy = state, policy
         self.defaults = defaults or dialects.Defaults()
+        self.scheduler_name = scheduler_name
         self._last: tuple[tuple[Any, ...], float, Verdict] | None = None
+
+    def ours(self, pod: Mapping[str, Any]) -> bool:
+        """Whether the pod is scheduled by our profile (else the extender has no opinion)."""
+        return (pod.get("spec") or {}).get("schedulerName") == self.scheduler_name
 
     def request(self, pod: Mapping[str, Any]) -> PodRequest:
         return dialects.parse_pod(pod, self.defaults)  # RequestError: every problem

@@ -47,7 +47,8 @@ class Extender:
                  clock: Callable[[], float] = time.time) -> None:
         self.cfg, self.client = cfg, client
         self.state = ExtenderState(timeout_s=cfg.in_flight_timeout_seconds, clock=clock)
-        self.evaluator = Evaluator(self.state, cfg.placement_policy(), cfg.defaults.build())
+        self.evaluator = Evaluator(self.state, cfg.placement_policy(), cfg.defaults.build(),
+                                   scheduler_name=cfg.scheduler_name)
         self.recorder = EventRecorder(client, cfg.scheduler_name)
         self.binder = Binder(client, self.evaluator, self.recorder, attempts=cfg.bind_attempts,
                              clock=clock)
