@@ -191,15 +191,31 @@ int gs_config_parse(struct gs_config *c, gs_getenv_fn get)
     return c->valid ? 0 : -1;
 }
 
-/* Every GPUSLICE_* name of the project: the library's own, and those other gpuslice tools read
- * (they reach CUDA processes through inherited environments). Anything else with the prefix is a
- * typo or a stale setting, and an error: a misspelt GPUSLICE_COMPUTE_MODE must not run in the
- * default mode without a word. tests/native/unit/test_config_names.py keeps this list complete. */
+/* Every GPUSLICE_* name of the project: the library's own, and those other gpuslice parts set or
+ * read (they reach CUDA processes through injected or inherited environments); an entry ending
+ * in "_" covers a whole prefix (a service's settings, checked by that service). Anything else
+ * with the prefix is a typo or a stale setting, and an error: a misspelt GPUSLICE_COMPUTE_MODE
+ * must not run in the default mode without a word. tests/native/unit/test_config_names.py keeps
+ * this list complete. */
 static const char *const gs_known_names[] = {
     "GPUSLICE_COMPUTE_MODE", "GPUSLICE_BOARD_DIR", "GPUSLICE_DEVICE_UUIDS", /* the library */
+    "GPUSLICE_POD_UID", "GPUSLICE_POD_NAMESPACE", "GPUSLICE_POD_NAME",    /* webhook: identity */
+    "GPUSLICE_CONTAINER_NAME",
+    "GPUSLICE_NODE_", "GPUSLICE_WEBHOOK_", "GPUSLICE_SCHEDULER_",          /* services */
     "GPUSLICE_LIBRARY", "GPUSLICE_RELEASE",                               /* CLI, setup.py */
     "GPUSLICE_GPU_RESULTS", "GPUSLICE_UPDATE_GOLDEN", "GPUSLICE_HYPOTHESIS_EXAMPLES", /* tests */
 };
+
+static int gs_known_name(const char *name)
+{
+    for (size_t i = 0; i < sizeof gs_known_names / sizeof gs_known_names[0]; i++) {
+        const char *k = gs_known_names[i];
+        size_t n = strlen(k);
+        if (k[n - 1] == '_' ? strncmp(name, k, n) == 0 : strcmp(name, k) == 0)
+            return 1;
+    }
+    return 0;
+}
 
 #define GS_LIMIT_PREFIX "CUDA_DEVICE_MEMORY_LIMIT_"
 
@@ -231,14 +247,10 @@ void gs_config_check_names(struct gs_config *c, char *const *envp)
         snprintf(name, sizeof name, "%.*s", (int)(eq - *envp), *envp);
         if (strncmp(name, GS_LIMIT_PREFIX, strlen(GS_LIMIT_PREFIX)) == 0) {
             gs_check_limit_name(c, name, eq + 1);
-        } else if (strncmp(name, "GPUSLICE_", 9) == 0) {
-            int known = 0;
-            for (size_t i = 0; i < sizeof gs_known_names / sizeof gs_known_names[0]; i++)
-                known |= strcmp(name, gs_known_names[i]) == 0;
-            if (!known)
-                gs_fail(c, name, eq + 1, "unknown gpuslice variable (a typo?); the library reads "
-                        "GPUSLICE_COMPUTE_MODE, GPUSLICE_BOARD_DIR and GPUSLICE_DEVICE_UUIDS: fix the "
-                        "name or unset it");
+        } else if (strncmp(name, "GPUSLICE_", 9) == 0 && !gs_known_name(name)) {
+            gs_fail(c, name, eq + 1, "unknown gpuslice variable (a typo?); the library reads "
+                    "GPUSLICE_COMPUTE_MODE, GPUSLICE_BOARD_DIR and GPUSLICE_DEVICE_UUIDS: fix the "
+                    "name or unset it");
         }
     }
 }

@@ -141,6 +141,7 @@ static void test_unrecognised_limit_and_gpuslice_names_are_errors_naming_the_var
         {"CUDA_DEVICE_MEMORY_LIMIT_99999999999999999999=1G", "beyond the"},
         {"GPUSLICE_COMPUTE_MOD=hard", "GPUSLICE_COMPUTE_MOD=\"hard\": unknown gpuslice variable"},
         {"GPUSLICE_=x", "unknown gpuslice variable"},
+        {"GPUSLICE_NODE=x", "unknown gpuslice variable"}, /* a prefix entry covers names under it */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct gs_config c;
@@ -166,6 +167,7 @@ static void test_known_names_and_other_prefixes_pass_the_name_check(void)
     snprintf(last, sizeof last, "CUDA_DEVICE_MEMORY_LIMIT_%d=1G", GS_MAX_DEVICES - 1);
     char *envp[] = {"CUDA_DEVICE_MEMORY_LIMIT=1G", "CUDA_DEVICE_MEMORY_LIMIT_0=1G", last,
                     "GPUSLICE_COMPUTE_MODE=hard", "GPUSLICE_BOARD_DIR=/b", "GPUSLICE_LIBRARY=/l",
+                    "GPUSLICE_POD_UID=u", "GPUSLICE_NODE_WATCHDOG__KILL=1",
                     "CUDA_VISIBLE_DEVICES=0", "CUDA_DEVICE_MEMORY_LIMITS=x", "MY_GPUSLICE_X=1",
                     "NO_EQUALS_SIGN", NULL};
     struct gs_config c;
