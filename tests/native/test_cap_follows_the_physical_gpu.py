@@ -61,12 +61,11 @@ def test_a_gpu_outside_the_agents_list_is_refused(gs: Harness) -> None:
 
 def test_a_pool_is_charged_to_its_own_gpu_not_to_its_streams(gs: Harness) -> None:
     limits = {"CUDA_DEVICE_MEMORY_LIMIT_0": "64Mi", "CUDA_DEVICE_MEMORY_LIMIT_1": "1Gi"}
-    # the pool is created on GPU 0 (first poolalloc), then used from a stream of GPU 1
-    res = gs.probe("init", "ctx", 0, "poolalloc", 2 * MiB, "ctx", 1, "poolalloc", 80 * MiB, "info",
+    # the pool is created on GPU 0, and first used from a stream of GPU 1
+    res = gs.probe("init", "ctx", 0, "poolcreate", "ctx", 1, "poolalloc", 80 * MiB, "info",
                    devices=2, extra=limits)
-    first, second = (a.rc for a in res.of("poolalloc"))
-    assert first == CUDA_SUCCESS, res.describe()
-    assert second == CUDA_ERROR_OUT_OF_MEMORY, (
+    assert res.one("poolcreate").rc == CUDA_SUCCESS, res.describe()
+    assert res.one("poolalloc").rc == CUDA_ERROR_OUT_OF_MEMORY, (
         f"80 MiB on GPU 0 passes its 64 MiB:\n{res.describe()}")
     assert res.one("info").int("free") == 1024 * MiB, (
         f"nothing was charged to the stream's GPU 1:\n{res.describe()}")

@@ -319,13 +319,23 @@ static unsigned long long arg_u(char **argv, int *i, int argc, unsigned long lon
     return dflt;
 }
 
+/* The probe's own pool (poolalloc, ownpoolattr, owntrim, destroypool), on the current device. */
+static CUresult own_pool_create(void) {
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = g_dev;
+    return A.pool_create(&g_own_pool, &props);
+}
+
 static void usage(void) {
     fputs("usage: gs_probe [--via link|dlopen[:ptsz]|procaddr[:VER[:ptsz]]|procaddr_v1[:VER[:ptsz]]] CMD...\n"
           "  init | ctx [DEV] | ctxrelease | ctxcreate | info | total | uuid | variant | sync | ctxsync | eventsync\n"
           "  capture N (global-mode capture on a new stream of cuMemAllocAsync N + cuMemFreeAsync; dlopen only)\n"
           "  alloc N | pitch W H [ELEM] | managed N | vmm N | async N | poolalloc N | array W H |\n"
           "  array3d W H D | mipmap W H LEVELS | free | freeall | ctxdestroy(=free of a ctxcreate)\n"
-          "  poolattr | ownpoolattr | trim KEEP | owntrim KEEP | threshold V | destroypool\n"
+          "  poolattr | ownpoolattr | trim KEEP | owntrim KEEP | threshold V | destroypool | poolcreate\n"
           "  fill N (alloc N until failure, keep) | race TRIES N | loop COUNT N | hold | sleep MS |\n"
           "  waitfile PATH | resolve NAME [VER [ptsz]] | retry N MS (alloc N every 5 ms until it works)\n"
           "  exec CMD... (replace this image, same pid, with a probe running CMD...)\n"
@@ -460,14 +470,8 @@ int main(int argc, char **argv) {
                 rc = A.alloc_async(&it.ptr, n, NULL);
                 it.kind = K_ASYNC;
             } else {
-                if (g_own_pool == NULL) {
-                    CUmemPoolProps props;
-                    memset(&props, 0, sizeof props);
-                    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-                    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-                    props.location.id = g_dev;
-                    rc = A.pool_create(&g_own_pool, &props);
-                }
+                if (g_own_pool == NULL)
+                    rc = own_pool_create();
                 if (rc == CUDA_SUCCESS)
                     rc = A.alloc_from_pool(&it.ptr, n, g_own_pool, NULL);
                 it.kind = K_POOL;
@@ -476,6 +480,9 @@ int main(int argc, char **argv) {
             if (rc == CUDA_SUCCESS)
                 push(it);
             printf("%s %zu rc=%d variant=%s\n", c, n, rc, last_variant());
+        } else if (strcmp(c, "poolcreate") == 0) {
+            rc = g_own_pool == NULL ? own_pool_create() : CUDA_ERROR_INVALID_VALUE;
+            printf("poolcreate rc=%d\n", rc);
         } else if (strcmp(c, "pitch") == 0) {
             size_t w = arg_u(argv, &i, argc, 1), h = arg_u(argv, &i, argc, 1);
             unsigned elem = (unsigned)arg_u(argv, &i, argc, 4);
