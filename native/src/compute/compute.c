@@ -32,6 +32,7 @@ static struct {
     pthread_mutex_t mu;            /* creation of meters */
     struct gs_cmeter *meters;      /* every context seen launching, newest first; never freed */
     struct gs_board *boards[GS_MAX_DEVICES];
+    int board_broken[GS_MAX_DEVICES]; /* set by the truncation guard */
     uint64_t token, boot_id;
     int64_t timens_ns;             /* subtracted from CLOCK_MONOTONIC: the host's clock */
 } gs_c = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -135,6 +136,12 @@ int gs_compute_init(void)
     return 0;
 }
 
+static void gs_board_init(void *map, const void *arg)
+{
+    (void)arg;
+    gs_board_format(map);
+}
+
 /* Map <board_dir>/<uuid>.board for device `dev` (NULL when not configured or on error). */
 static struct gs_board *gs_compute_board(int dev)
 {
@@ -154,21 +161,21 @@ static struct gs_board *gs_compute_board(int dev)
              "%s/GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x.board",
              gs_c.board_dir, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
              b[11], b[12], b[13], b[14], b[15]);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    struct stat st;
-    void *map = MAP_FAILED;
-    if (fd >= 0 && fstat(fd, &st) == 0 &&
-        (st.st_size >= (off_t)sizeof(struct gs_board) || ftruncate(fd, sizeof(struct gs_board)) == 0))
-        map = mmap(NULL, sizeof(struct gs_board), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (fd >= 0)
-        close(fd);
-    if (map == MAP_FAILED || gs_board_format(map) != 0) {
-        GS_LOG_ONCE(GS_LOG_WARN, "compute: board %s: cannot open or not a gpuslice board; "
-                    "check GPUSLICE_BOARD_DIR is a writable shared directory; hard mode", path);
-        if (map != MAP_FAILED)
+    /* the board is node-wide (every tenant's processes share it, whatever their uid): its owner
+     * is not checked, but symlinks, FIFOs, other sizes and modes are refused (region/file.c) and a
+     * truncation cannot kill us (region/guard.c) */
+    char why[320];
+    int created;
+    struct gs_board *map = gs_shared_file_map(path, sizeof(struct gs_board), 0, gs_board_init, NULL, why,
+                                              sizeof why, &created, NULL);
+    if (map == NULL || gs_board_format(map) != 0) {
+        GS_LOG_ONCE(GS_LOG_WARN, "compute: board %s: %s; check GPUSLICE_BOARD_DIR is a writable shared "
+                    "directory; hard mode", path, map ? "not a gpuslice board" : why);
+        if (map != NULL)
             munmap(map, sizeof(struct gs_board));
         return NULL;
     }
+    gs_guard_add(map, sizeof(struct gs_board), &gs_c.board_broken[dev]);
     gs_c.boards[dev] = map;
     return map;
 }
@@ -179,7 +186,7 @@ static struct gs_cmeter *gs_compute_create(CUcontext ctx)
     CUdevice dev;
     if (!get_dev || get_dev(&dev) != CUDA_SUCCESS)
         return NULL;
-    struct gs_compute_device *blk = gs_region_compute_device((int)dev);
+    struct gs_compute_device *blk = gs_region_compute_device(gs_region_entry((int)dev));
     if (!blk) {
         GS_LOG_ONCE(GS_LOG_WARN, "compute: device %d has no block in the shared region; its kernels "
                     "run without a compute limit", (int)dev);
