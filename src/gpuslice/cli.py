@@ -158,3 +158,36 @@ def scheduler(config_file: str | None, kubeconfig: str | None, port: int | None,
 def shim(show_path: bool) -> None:
     """Information about the in-container library libgpuslice.so."""
     _lazy("gpuslice.shim", "shim_command")(show_path=show_path)
+
+
+@main.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="Config file (YAML); GPUSLICE_WEBHOOK_* variables override it.")
+@click.option("--port", type=click.IntRange(1, 65535), help="HTTPS port (default 8443).")
+@click.option("--address", help="Address to listen on (default 0.0.0.0).")
+@click.option("--cert-file", help="Serving certificate (PEM); reloaded when it changes.")
+@click.option("--key-file", help="Its private key (PEM).")
+@click.option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, else in-cluster).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
+def webhook(config_file: str | None, **flags: Any) -> None:
+    """Serve the admission webhook (HTTPS) until interrupted."""
+    _lazy("gpuslice.webhook.command", "run")(config_file, **flags)
+
+
+@main.command()
+@click.option("--service", default="gpuslice-webhook", show_default=True,
+              help="The webhook's Service; the certificate names <service>.<namespace>.svc.")
+@click.option("--namespace", default="gpuslice-system", show_default=True,
+              help="The Service's namespace (and the Secret's).")
+@click.option("--dns", multiple=True, help="Another DNS name for the certificate (repeat).")
+@click.option("--ip", "ips", multiple=True, help="An IP address for the certificate (repeat).")
+@click.option("--days", type=click.IntRange(1, 3650), default=365, show_default=True,
+              help="Validity of the serving certificate.")
+@click.option("--out-dir", type=click.Path(file_okay=False),
+              help="Write ca.crt, ca.key, tls.crt, tls.key here.")
+@click.option("--secret", help="Keep them in this kubernetes.io/tls Secret.")
+@click.option("--webhook-config", help="Set the caBundle of this MutatingWebhookConfiguration.")
+@click.option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, else in-cluster).")
+def certgen(**options: Any) -> None:
+    """Make (or keep, while valid) the webhook's CA and serving certificate."""
+    _lazy("gpuslice.webhook.certgen", "command")(**options)

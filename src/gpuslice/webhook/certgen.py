@@ -194,3 +194,22 @@ async def certgen(*, service: str, namespace: str, dns: Sequence[str] = (),
         done.append(f"{out_dir}: wrote {', '.join(written)}" if written
                     else f"{out_dir}: unchanged")
     return done
+
+
+def command(*, kubeconfig: str | None = None, **kw: Any) -> None:
+    """`gpuslice certgen`: one line per thing done, on stdout."""
+    import asyncio
+
+    from gpuslice.kube.client import make_client
+
+    async def go() -> list[str]:
+        needs_api = kw.get("secret") or kw.get("webhook_config")
+        client = make_client(kubeconfig) if needs_api else None
+        try:
+            return await certgen(client=client, **kw)
+        finally:
+            if client is not None:
+                await client.close()
+
+    for line in asyncio.run(go()):
+        print(line)
