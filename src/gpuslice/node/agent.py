@@ -1,0 +1,324 @@
+"""`gpuslice node-agent`: the parts of the node agent put together, run, and stopped cleanly.
+
+Owns: construction from the config (backend, health, cluster view, inventory, plugins, kubelet
+link, exporter, watchdog, verification), the loops that drive them, installing the library
+into `<state-dir>/lib` (with the ld.so.preload that loads it), the Allocate path (answer from
+the pod store; on a miss, list the pods once more and retry), and SIGTERM/SIGINT handling.
+Does not: hold any logic of its own beyond wiring; each decision lives in its module.
+Invariants: the kubelet is served whatever the API server does; a stop closes the plugin
+sockets, flushes events and leaves regions in place (containers keep running).
+Failure: start-up problems (no GPU, bad config, no library, no API configuration) raise
+EnvironmentProblem/ConfigError before anything is served (CLI exit 3/1).
+Tests: tests/integration/node/test_agent_with_kubelet.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Pod
+
+from gpuslice import codec, model, ops
+from gpuslice.errors import EnvironmentProblem, GpusliceError
+from gpuslice.kube import errors as kerrors
+from gpuslice.kube.patch import patch_metadata
+from gpuslice.node import allocate as alloc
+from gpuslice.node import regions, verify
+from gpuslice.node.cluster import Cluster
+from gpuslice.node.exporter import AgentMetrics, UsageCollector
+from gpuslice.node.health import Health
+from gpuslice.node.inventory import Inventory
+from gpuslice.node.kubelet import KubeletLink
+from gpuslice.node.nvml import GPUBackend
+from gpuslice.node.plugin import DevicePlugin
+from gpuslice.node.settings import NodeConfig
+from gpuslice.node.watchdog import Violation, Watchdog
+
+__all__ = ["Agent", "install_library", "run"]
+
+log = logging.getLogger(__name__)
+
+
+def install_library(source: Path, state_dir: Path, container_path: str) -> tuple[Path, Path]:
+    """Copy the library to <state-dir>/lib (atomically: containers may be starting) and write
+    the ld.so.preload that loads it; returns (library, preload) host paths."""
+    lib_dir = state_dir / "lib"
+    lib_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(lib_dir, 0o755)
+    lib, preload = lib_dir / "libgpuslice.so", lib_dir / "ld.so.preload"
+    for target, write in ((lib, lambda t: shutil.copyfile(source, t)),
+                          (preload, lambda t: t.write_text(container_path + "\n"))):
+        tmp = target.with_name(f".{target.name}.{os.getpid()}")
+        write(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    return lib, preload
+
+
+class Agent:
+    def __init__(self, cfg: NodeConfig, backend: GPUBackend, client: AsyncClient, *,
+                 library: Path) -> None:
+        self.cfg = cfg
+        self.backend = backend
+        state = Path(cfg.state_dir)
+        lib, preload = install_library(library, state, cfg.container_library_path)
+        self.regions_root = state / "regions"
+        self.regions_root.mkdir(parents=True, exist_ok=True)
+        self.layout = alloc.Layout(
+            library_host=str(lib), preload_host=str(preload), regions_host=str(self.regions_root),
+            library_container=cfg.container_library_path,
+            region_container_dir=cfg.container_region_dir, cdi=cfg.cdi,
+            compute_mode=cfg.compute_mode)
+        devices = backend.devices()
+        self.health = Health(backend, [d.uuid for d in devices],
+                             recovery_s=cfg.xid_recovery_seconds)
+        self.cluster = Cluster(client, cfg.node_name, pod_resync_s=cfg.pod_resync_seconds)
+        self.inventory = Inventory(devices, cfg, self.cluster.set_node_annotation)
+        self.metrics = AgentMetrics()
+        self.metrics.add_usage(UsageCollector(backend, self.regions_root, self.gpus,
+                                              self._pod_names, self._assignments))
+        self.plugins = [DevicePlugin(r, self) for r in cfg.resources]
+        self.kubelet = KubeletLink(
+            cfg.device_plugin_dir, self.plugins,
+            on_registered=lambda r: self.metrics.registrations.labels(r).inc())
+        self.watchdog = Watchdog(backend, self.regions_root, cfg.watchdog, gpus=self.gpus,
+                                 assignments=self._assignments, pods_fresh=self._pods_fresh)
+        self._mismatch_reported: set[str] = set()
+        self._stop = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+
+    # ---- what the plugins ask (plugin.Source)
+    def gpus(self) -> tuple[model.GPU, ...]:
+        return self.inventory.gpus
+
+    def _answer(self, resource: str, device_ids: Sequence[str]) -> alloc.Answer:
+        pods = self.cluster.pods()
+        flights = alloc.in_flight(pods, self.cfg.node_name, time.time(),
+                                  self.cfg.inflight_timeout_seconds)
+        return alloc.answer(flights, alloc.assigned_pods(pods, self.cfg.node_name),
+                            {g.uuid: g for g in self.gpus()}, resource, device_ids, self.layout)
+
+    async def allocate(self, resource: str, device_ids: Sequence[str]) -> alloc.Answer:
+        try:
+            try:
+                a = self._answer(resource, device_ids)
+            except alloc.AllocateError:
+                if not await self.cluster.refresh():  # the pod may be newer than the store
+                    raise
+                a = self._answer(resource, device_ids)
+            regions.prepare(self.regions_root, a.pod_uid, a.container)
+        except alloc.AllocateError:
+            self.metrics.allocations.labels(resource, "refused").inc()
+            raise
+        except Exception:
+            self.metrics.allocations.labels(resource, "error").inc()
+            raise
+        ns, name = a.pod_key.split("/", 1)
+        self.cluster.answered(ns, name, a.pod_uid, a.container)
+        self.metrics.allocations.labels(resource, "ok").inc()
+        log.info("Allocate answered", extra={"pod": a.pod_key, "container": a.container,
+                                             "gpus": ",".join(a.gpus), "resource": resource})
+        return a
+
+    async def preferred(self, resource: str, available: Sequence[str],
+                        must_include: Sequence[str], size: int) -> list[str]:
+        pods = self.cluster.pods()
+        flights = alloc.in_flight(pods, self.cfg.node_name, time.time(),
+                                  self.cfg.inflight_timeout_seconds)
+        if not any(f.flight.pending for f in flights):
+            await self.cluster.refresh()
+            flights = alloc.in_flight(self.cluster.pods(), self.cfg.node_name, time.time(),
+                                      self.cfg.inflight_timeout_seconds)
+        return alloc.preferred(flights, resource, available, must_include, size)
+
+    # ---- views for the exporter and watchdog
+    def _assignments(self) -> dict[str, model.PodAssignment]:
+        return alloc.assigned_pods(self.cluster.pods(), self.cfg.node_name)
+
+    def _pod_names(self) -> dict[str, tuple[str, str]]:
+        return {str(p["metadata"].get("uid")): (p["metadata"].get("namespace", ""),
+                                                p["metadata"].get("name", ""))
+                for p in self.cluster.pods()}
+
+    def _pods_fresh(self) -> bool:
+        return self.cluster.reachable and \
+            time.time() - self.cluster.last_list < 2 * self.cfg.pod_resync_seconds
+
+    def _pod(self, uid: str | None) -> dict[str, Any] | None:
+        return next((p for p in self.cluster.pods() if p["metadata"].get("uid") == uid), None)
+
+    def ready(self) -> str | None:
+        missing = [p.resource for p in self.plugins if p.resource not in self.kubelet.registered]
+        return f"not registered with the kubelet for {', '.join(missing)}" if missing else None
+
+    # ---- loops
+    async def _health_once(self, wait_s: float) -> None:
+        events = await asyncio.to_thread(self.backend.wait_events, wait_s)
+        changed = self.health.on_events(events)
+        changed = self.health.poll() or changed
+        for e in events:
+            log.warning("GPU critical XID %d", e.xid, extra={"gpu": e.uuid})
+        if self.inventory.update(self.health.unhealthy) or changed:
+            log.info("GPU health changed", extra={"unhealthy": self.health.unhealthy})
+            for p in self.plugins:
+                await p.changed()
+
+    async def _verify_once(self) -> None:
+        try:
+            actual = await verify.list_pod_resources(self.cfg.pod_resources_socket)
+        except Exception as exc:  # grpc errors, a missing socket: try again next round
+            log.warning("PodResources List failed: %s", exc)
+            return
+        pods = [p for p in self.cluster.pods()
+                if (p["metadata"].get("annotations") or {}).get("gpuslice.io/allocated")]
+        pairs, left = verify.swaps(verify.compare(pods, actual, self.cfg.resources))
+        for a, b in pairs:
+            await self._swap(a, b)
+        for m in left:
+            uid = str(m.pod["metadata"].get("uid"))
+            if uid in self._mismatch_reported:
+                continue
+            self._mismatch_reported.add(uid)
+            self.metrics.mismatches.inc()
+            msg = (f"container {m.container} is assigned {', '.join(sorted(m.assigned))} but "
+                   f"the kubelet gave it devices on {', '.join(sorted(m.actual))}; its limits "
+                   "may not match the GPUs it uses: delete the pod so it is placed again")
+            log.error("AllocateMismatch: %s", msg, extra={"pod_uid": uid})
+            self.cluster.warn(m.pod, "AllocateMismatch", msg)
+
+    async def _swap(self, a: dict[str, Any], b: dict[str, Any]) -> None:
+        key = codec.ASSIGNMENT_ANNOTATION
+        try:
+            for x, y in ((a, b), (b, a)):
+                await patch_metadata(self.cluster.client, Pod, x["metadata"]["name"],
+                                     namespace=x["metadata"]["namespace"],
+                                     annotations={key: y["metadata"]["annotations"][key]},
+                                     resource_version=x["metadata"].get("resourceVersion"))
+        except kerrors.APIError as exc:
+            log.warning("swapping assignments of two interchangeable pods failed: %s; "
+                        "retrying next round", exc)
+            await self.cluster.refresh()
+            return
+        with contextlib.suppress(OSError):
+            regions.swap(self.regions_root, a["metadata"]["uid"], b["metadata"]["uid"])
+        self.metrics.swaps.inc()
+        names = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in (a, b)]
+        for p, other in ((a, names[1]), (b, names[0])):
+            self.cluster.note(p, "AllocateSwapped", f"the kubelet gave this pod the GPUs "
+                              f"assigned to the interchangeable pod {other}; assignments swapped")
+        log.info("swapped assignments of interchangeable pods", extra={"pods": names})
+        await self.cluster.refresh()
+
+    def _report(self, v: Violation) -> None:
+        self.metrics.violations.labels(v.kind).inc()
+        if self.cfg.watchdog.kill:
+            self.metrics.kills.inc(len(v.pids))
+        msg = v.message() + ("; the watchdog killed it" if self.cfg.watchdog.kill else "")
+        log.warning("LimitViolation: %s", msg, extra={"gpu": v.uuid, "pod_uid": v.pod_uid})
+        pod = self._pod(v.pod_uid)
+        self.cluster.warn(pod or self.cluster.node_ref(), "LimitViolation", msg)
+
+    async def _watchdog_once(self) -> None:
+        for v in await asyncio.to_thread(self.watchdog.check):
+            self._report(v)
+        live = {str(p["metadata"].get("uid")) for p in self.cluster.pods()}
+        for uid in self.watchdog.sweep(live):
+            log.info("removed regions of a pod that no longer exists", extra={"pod_uid": uid})
+
+    async def _every(self, seconds: float, step: Callable[[], Awaitable[None]]) -> None:
+        while not self._stop.is_set():
+            try:
+                await step()
+            except Exception:
+                log.exception("%s failed; continuing", getattr(step, "__name__", step))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), seconds)
+
+    async def _gauges(self) -> None:
+        self.metrics.queued.set(self.cluster.queued)
+        self.metrics.reachable.set(1 if self.cluster.reachable else 0)
+
+    async def serve_http(self) -> None:
+        app = web.Application()
+        ops.add_ops_routes(app, ready=self.ready, registry=self.metrics.registry)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        host, _, port = self.cfg.metrics_address.rpartition(":")
+        site = web.TCPSite(self._runner, host or "0.0.0.0", int(port))
+        try:
+            await site.start()
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot listen on {self.cfg.metrics_address} for /metrics: "
+                                     f"{exc.strerror}; choose another metricsAddress") from None
+
+    async def run(self) -> None:
+        """Serve until stop()."""
+        self.inventory.update({})
+        await self.serve_http()
+        loops = [
+            self.cluster.run(), self.kubelet.run(),
+            self._every(0, lambda: self._health_once(self.cfg.health_interval_seconds)),
+            self._every(self.cfg.verify_interval_seconds, self._verify_once),
+            self._every(self.cfg.watchdog.interval_seconds, self._watchdog_once),
+            self._every(1.0, self._gauges),
+        ]
+        tasks = [asyncio.create_task(c) for c in loops]
+        log.info("node agent serving", extra={"node": self.cfg.node_name,
+                                               "gpus": len(self.gpus()),
+                                               "resources": self.cfg.resources})
+        try:
+            await self._stop.wait()
+        finally:
+            await self.kubelet.stop()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.cluster.events.flush()
+            if self._runner is not None:
+                await self._runner.cleanup()
+            self.backend.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+async def _main(cfg: NodeConfig, backend_spec: str, library: str | None) -> None:
+    from gpuslice.kube.client import make_client
+    from gpuslice.node.nvml import open_backend
+    from gpuslice.shim import library_path
+
+    lib = Path(library) if library else library_path()
+    if not lib.is_file():
+        raise EnvironmentProblem(f"--library {lib}: no such file; give the built libgpuslice.so")
+    backend = open_backend(backend_spec)
+    agent = Agent(cfg, backend, make_client(cfg.kubeconfig), library=lib)
+    loop = asyncio.get_running_loop()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(s, agent.stop)
+    await agent.run()
+
+
+def run(*, config_file: str | None, flags: dict[str, Any], library: str | None) -> None:
+    """The CLI command: load the config, then serve until SIGTERM/SIGINT."""
+    from gpuslice.node.settings import load
+
+    cfg = load(config_file, flags)
+    ops.setup_logging(cfg.log_level)
+    try:
+        asyncio.run(_main(cfg, cfg.gpu_backend, library))
+    except GpusliceError:
+        raise
+    except PermissionError as exc:
+        raise EnvironmentProblem(f"{exc.filename}: permission denied; the node agent needs root "
+                                 "(or write access to stateDir and devicePluginDir)") from None

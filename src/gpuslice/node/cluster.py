@@ -1,0 +1,189 @@
+"""The node agent's view of the API server: managed pods on this node, and writes that wait.
+
+Owns: the pod store (listed with `spec.nodeName=<node>` and `gpuslice.io/managed=true`: on
+start, every `pod_resync_s`, and on demand when an Allocate finds no pod), the local record
+of containers answered but not yet written to `gpuslice.io/allocated`, and a queue of writes
+(allocated annotations, the node's inventory annotation) flushed with back-off.
+Does not: decide anything; never blocks the kubelet on the API (Allocate answers from the
+store; writes are queued).
+Invariants: `pods()` shows answered containers in `gpuslice.io/allocated` at once, so two
+Allocate calls never get the same container, whether or not the patch has landed; a pod
+deleted meanwhile drops its queued write (NotFound).
+On failure: `reachable` turns False, the store keeps its last content, writes stay queued and
+are retried every `retry_s` (doubling to 30 s) until the API server answers again.
+Tests: tests/integration/node/test_agent_against_api.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node, Pod
+
+from gpuslice import handoff
+from gpuslice.kube import errors
+from gpuslice.kube.client import dict_view
+from gpuslice.kube.events import EventRecorder
+from gpuslice.kube.patch import patch_metadata, update_metadata
+
+__all__ = ["Cluster"]
+
+log = logging.getLogger(__name__)
+MAX_RETRY_S = 30.0
+
+
+def _merged(pod: Mapping[str, Any], answered: list[str]) -> dict[str, Any]:
+    """The pod with `answered` containers added to its allocated annotation."""
+    meta = dict(pod.get("metadata") or {})
+    ann = dict(meta.get("annotations") or {})
+    have = [c for c in str(ann.get(handoff.ALLOCATED, "")).split(",") if c]
+    ann[handoff.ALLOCATED] = ",".join(have + [c for c in answered if c not in have])
+    meta["annotations"] = ann
+    return {**pod, "metadata": meta}
+
+
+class Cluster:
+    def __init__(self, client: AsyncClient, node: str, *, pod_resync_s: float = 30.0,
+                 retry_s: float = 1.0) -> None:
+        self.client = client
+        self.node = node
+        self.pod_resync_s = pod_resync_s
+        self.retry_s = retry_s
+        self.events = EventRecorder(client, "gpuslice-node-agent")
+        self.reachable = False
+        self.synced = asyncio.Event()
+        self._pods: dict[str, dict[str, Any]] = {}  # uid -> pod
+        self._answered: dict[str, tuple[str, str, list[str]]] = {}  # uid -> (ns, name, names)
+        self._node_annotations: dict[str, str] = {}  # queued for the Node
+        self._wake = asyncio.Event()
+        self._refresh_lock = asyncio.Lock()
+        self.last_list = 0.0
+
+    # ---- reading
+    def pods(self) -> list[dict[str, Any]]:
+        out = []
+        for uid, pod in self._pods.items():
+            ans = self._answered.get(uid)
+            out.append(_merged(pod, ans[2]) if ans else pod)
+        return out
+
+    async def refresh(self) -> bool:
+        """List this node's managed pods now; False (store kept) if the API does not answer."""
+        async with self._refresh_lock:
+            try:
+                with errors.translate(f"list pods on node {self.node}"):
+                    got = [dict(p) async for p in self.client.list(
+                        dict_view(Pod), namespace="*", fields={"spec.nodeName": self.node},
+                        labels={handoff.MANAGED_LABEL: "true"})]
+            except errors.APIError as exc:
+                self._down(exc)
+                return False
+        self._pods = {str(p["metadata"].get("uid", "")): p for p in got}
+        self._up()
+        self.last_list = time.time()
+        for uid, (_, _, names) in list(self._answered.items()):
+            pod = self._pods.get(uid)
+            if pod is None:
+                continue
+            have = str(((pod.get("metadata") or {}).get("annotations") or {})
+                       .get(handoff.ALLOCATED, "")).split(",")
+            if all(n in have for n in names):
+                del self._answered[uid]  # the API has it now
+        self.synced.set()
+        return True
+
+    def _down(self, exc: Exception) -> None:
+        if self.reachable:
+            log.warning("API server unreachable: %s; serving the kubelet from the last view and "
+                        "queueing writes", exc)
+        self.reachable = False
+
+    def _up(self) -> None:
+        if not self.reachable:
+            log.info("API server reachable")
+        self.reachable = True
+
+    # ---- writing (queued)
+    def answered(self, namespace: str, name: str, uid: str, container: str) -> None:
+        """An Allocate was answered for this container: record it now, write it soon."""
+        names = self._answered.setdefault(uid, (namespace, name, []))[2]
+        if container not in names:
+            names.append(container)
+        self._wake.set()
+
+    def set_node_annotation(self, key: str, value: str) -> None:
+        self._node_annotations[key] = value
+        self._wake.set()
+
+    @property
+    def queued(self) -> int:
+        return len(self._node_annotations) + len(self._answered)
+
+    async def _flush(self) -> None:
+        """Write what is queued; raises APIError (Unavailable...) to make the caller back off."""
+        if self._node_annotations:
+            ann = dict(self._node_annotations)
+            await patch_metadata(self.client, Node, self.node, annotations=ann)
+            for k, v in ann.items():
+                if self._node_annotations.get(k) == v:
+                    del self._node_annotations[k]
+        for uid, (ns, name, names) in list(self._answered.items()):
+            if uid in self._pods and all(
+                    n in str(self._pods[uid]["metadata"].get("annotations", {})
+                             .get(handoff.ALLOCATED, "")).split(",") for n in names):
+                continue
+
+            def change(obj: Mapping[str, Any], names: list[str] = names,
+                       uid: str = uid) -> Any:
+                if obj.get("metadata", {}).get("uid") != uid:
+                    return None  # a new pod with the same name: not ours to mark
+                merged = _merged(obj, names)["metadata"]["annotations"][handoff.ALLOCATED]
+                if merged == obj["metadata"].get("annotations", {}).get(handoff.ALLOCATED):
+                    return None
+                return {"annotations": {handoff.ALLOCATED: merged}}
+
+            try:
+                got = await update_metadata(self.client, Pod, name, change, namespace=ns)
+            except errors.NotFound:
+                got = None
+                self._answered.pop(uid, None)
+            if got is not None:
+                self._pods[uid] = got
+
+    async def run(self) -> None:
+        """Keep the store fresh and the queue flushed, forever."""
+        delay = self.retry_s
+        next_list = 0.0
+        while True:
+            if time.monotonic() >= next_list:
+                await self.refresh()
+                next_list = time.monotonic() + self.pod_resync_s
+            try:
+                await self._flush()
+                self._up()
+                delay = self.retry_s
+            except errors.APIError as exc:
+                self._down(exc)
+                delay = min(delay * 2, MAX_RETRY_S)
+            self._wake.clear()
+            timeout = delay if self.queued else max(0.0, next_list - time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            if self.queued and not self.reachable:
+                await asyncio.sleep(0)  # let a burst of answers gather
+
+    # ---- events (best effort)
+    def warn(self, obj: Mapping[str, Any], reason: str, message: str) -> None:
+        self.events.emit(obj, "Warning", reason, message)
+
+    def note(self, obj: Mapping[str, Any], reason: str, message: str) -> None:
+        self.events.emit(obj, "Normal", reason, message)
+
+    def node_ref(self) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node}}

@@ -1,0 +1,118 @@
+"""Containers' region directories on the host: made at Allocate, read safely, removed at the end.
+
+Layout: `<state-dir>/regions/<pod-uid>/<container>/region`. The pod directory is root's (0755);
+the container directory is world-writable with the sticky bit (1777), so every uid of the
+container can create the region (the library makes it 0666) and none can delete another's.
+Owns: `prepare`, `scan`, `read`, `remove`, `swap`. Does not: interpret usage (exporter.py,
+watchdog.py) or decide which pods are gone (the watchdog asks the cluster view).
+Invariant: the files are the tenant's, so they are never trusted: opened without following
+symlinks and without blocking (a FIFO), checked to be a regular file of the exact region size,
+read with a bounded read; anything else is a `problem` string, never a hang or a crash.
+Tests: tests/unit/node/test_regions.py
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import uuid as uuidlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuslice.errors import ShimError
+from gpuslice.node.allocate import REGION_FILE
+from gpuslice.shim import REGION_SIZE, Region
+
+__all__ = ["ContainerRegion", "prepare", "read", "remove", "scan", "swap"]
+
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+@dataclass(frozen=True)
+class ContainerRegion:
+    pod_uid: str
+    container: str
+    dir: Path
+    region: Region | None  # None: no region yet (no CUDA process ran) or a problem
+    problem: str | None = None
+
+
+def prepare(root: str | Path, pod_uid: str, container: str) -> Path:
+    """Create (or keep) the container's region directory; refuses a symlink in the way."""
+    pod_dir = Path(root) / pod_uid
+    d = pod_dir / container
+    for p, mode in ((Path(root), 0o755), (pod_dir, 0o755), (d, 0o1777)):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(p, mode)
+        st = os.lstat(p)
+        if not stat.S_ISDIR(st.st_mode):
+            raise OSError(f"{p}: exists and is not a directory; remove it")
+        os.chmod(p, mode)  # mkdir's mode is cut by the umask
+    return d
+
+
+def read(path: str | Path) -> Region:
+    """The region at `path`; ShimError for anything that is not a plain region file."""
+    p = Path(path)
+    try:
+        fd = os.open(p, _FLAGS)
+    except OSError as exc:
+        raise ShimError(f"region {p}: cannot open ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ShimError(f"region {p}: not a regular file")
+        if st.st_size != REGION_SIZE:
+            raise ShimError(f"region {p}: {st.st_size} bytes, expected {REGION_SIZE}")
+        chunks, left = [], REGION_SIZE
+        while left > 0:
+            b = os.read(fd, left)
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+    finally:
+        os.close(fd)
+    return Region.parse(b"".join(chunks), path=p, check_alive=False)
+
+
+def scan(root: str | Path) -> list[ContainerRegion]:
+    """Every container directory under `root`, with its region read (or why not)."""
+    out = []
+    with contextlib.suppress(FileNotFoundError), os.scandir(root) as pods:
+        for pod in pods:
+            if not pod.is_dir(follow_symlinks=False):
+                continue
+            with os.scandir(pod.path) as containers:
+                for c in containers:
+                    if not c.is_dir(follow_symlinks=False):
+                        continue
+                    d = Path(c.path)
+                    f = d / REGION_FILE
+                    if not os.path.lexists(f):
+                        out.append(ContainerRegion(pod.name, c.name, d, None))
+                        continue
+                    try:
+                        out.append(ContainerRegion(pod.name, c.name, d, read(f)))
+                    except ShimError as exc:
+                        out.append(ContainerRegion(pod.name, c.name, d, None, str(exc)))
+    return out
+
+
+def remove(root: str | Path, pod_uid: str) -> None:
+    """Remove a pod's region directories (rmtree never follows the tenant's symlinks)."""
+    if "/" in pod_uid or pod_uid in ("", ".", ".."):
+        raise ValueError(f"not a pod uid: {pod_uid!r}")
+    shutil.rmtree(Path(root) / pod_uid, ignore_errors=True)
+
+
+def swap(root: str | Path, a_uid: str, b_uid: str) -> None:
+    """Exchange two pods' region directories (after their assignments were swapped). Bind
+    mounts follow the directory, so each container keeps its own region under its new owner."""
+    r = Path(root)
+    tmp = r / f".swap-{uuidlib.uuid4().hex}"
+    os.rename(r / a_uid, tmp)
+    os.rename(r / b_uid, r / a_uid)
+    os.rename(tmp, r / b_uid)

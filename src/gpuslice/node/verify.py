@@ -1,0 +1,118 @@
+"""After containers start: did the kubelet give each container the GPUs its assignment names?
+
+Owns: reading the kubelet's PodResources v1 List, comparing each allocated container's device
+IDs (GPU UUID before `::`) with its assignment, and the remedy of DESIGN §4.3: two
+interchangeable pods (same shape) that got each other's GPUs have their assignment annotations
+swapped (guarded by resourceVersion) and their region directories exchanged, with an event
+AllocateSwapped and a metric; any other difference is an event AllocateMismatch and a metric,
+once per pod.
+Does not: change what a container runs with (its env was fixed at Allocate).
+Failure: PodResources unreachable -> logged, retried next round; a swap that races with another
+writer (409) is retried next round.
+Tests: tests/unit/node/test_verify.py, tests/integration/node/test_agent_with_kubelet.py
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from gpuslice import codec, handoff
+from gpuslice.errors import CodecError
+from gpuslice.node.allocate import device_gpu
+from gpuslice.node.proto import podresources_pb2 as pr
+from gpuslice.node.proto import podresources_pb2_grpc as pr_grpc
+
+__all__ = ["Mismatch", "compare", "list_pod_resources", "shape_of"]
+
+log = logging.getLogger(__name__)
+
+
+async def list_pod_resources(socket: str, timeout_s: float = 5) -> dict[tuple[str, str], dict[
+        str, dict[str, list[str]]]]:
+    """(namespace, pod) -> container -> resource -> device IDs, from the kubelet."""
+    async with grpc.aio.insecure_channel(f"unix://{socket}") as ch:
+        resp = await pr_grpc.PodResourcesListerStub(ch).List(pr.ListPodResourcesRequest(),
+                                                             timeout=timeout_s)
+    out: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
+    for p in resp.pod_resources:
+        for c in p.containers:
+            for d in c.devices:
+                out.setdefault((p.namespace, p.name), {}).setdefault(c.name, {}).setdefault(
+                    d.resource_name, []).extend(d.device_ids)
+    return out
+
+
+def shape_of(pod: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """handoff's shape of a bound pod (what makes two pods interchangeable), in flight or not."""
+    meta = dict(pod.get("metadata") or {})
+    ann = {k: v for k, v in (meta.get("annotations") or {}).items() if k != handoff.ALLOCATED}
+    at = handoff.parse_time(ann.get(handoff.BOUND_AT))
+    if at is None:
+        return None
+    f = handoff.flight_of({**pod, "metadata": {**meta, "annotations": ann}, "status": {}}, at, 1)
+    return f.shape if f is not None else None
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    pod: Mapping[str, Any]
+    container: str
+    assigned: frozenset[str]
+    actual: frozenset[str]
+
+
+def compare(pods: Sequence[Mapping[str, Any]], actual: Mapping[tuple[str, str], Mapping[
+        str, Mapping[str, list[str]]]], resources: Sequence[str]) -> list[Mismatch]:
+    """Containers the kubelet gave devices on other GPUs than their assignment names."""
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        ann = meta.get("annotations") or {}
+        got = actual.get((meta.get("namespace", ""), meta.get("name", "")))
+        if got is None or codec.ASSIGNMENT_ANNOTATION not in ann:
+            continue
+        try:
+            a = codec.decode_assignment(ann[codec.ASSIGNMENT_ANNOTATION])
+        except CodecError:
+            continue
+        for c in a.containers:
+            ids = [i for r in resources for i in got.get(c.container, {}).get(r, [])]
+            if not ids:
+                continue  # not started yet, or not one of ours
+            real = frozenset(device_gpu(i) for i in ids)
+            mine = frozenset(s.uuid for s in c.slices)
+            if real != mine:
+                out.append(Mismatch(pod, c.container, mine, real))
+    return out
+
+
+def swaps(mismatches: Sequence[Mismatch]) -> tuple[list[tuple[Mapping[str, Any], Mapping[
+        str, Any]]], list[Mismatch]]:
+    """Pairs of interchangeable pods that got each other's GPUs, and the mismatches left."""
+    by_pod: dict[str, list[Mismatch]] = {}
+    for m in mismatches:
+        by_pod.setdefault(str(m.pod["metadata"].get("uid")), []).append(m)
+
+    def gave(ms: list[Mismatch]) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+        return {m.container: (m.assigned, m.actual) for m in ms}
+
+    pairs, used = [], set()
+    uids = sorted(by_pod)
+    for i, a in enumerate(uids):
+        for b in uids[i + 1:]:
+            if a in used or b in used:
+                continue
+            ga, gb = gave(by_pod[a]), gave(by_pod[b])
+            pa, pb = by_pod[a][0].pod, by_pod[b][0].pod
+            if set(ga) == set(gb) and all(ga[c][1] == gb[c][0] and gb[c][1] == ga[c][0]
+                                          for c in ga) and \
+                    shape_of(pa) is not None and shape_of(pa) == shape_of(pb):
+                pairs.append((pa, pb))
+                used.update((a, b))
+    left = [m for m in mismatches if str(m.pod["metadata"].get("uid")) not in used]
+    return pairs, left

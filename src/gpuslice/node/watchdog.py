@@ -1,0 +1,153 @@
+"""The watchdog: NVML's view of who holds GPU memory, checked against the containers' limits.
+
+Owns: finding (1) containers whose processes hold more than their limit on a GPU (NVML's
+per-process used memory, summed per container, beyond `toleranceMiB`) and (2) processes on a
+GPU shared through gpuslice whose pid is in no region slot (they run without the library:
+static CUDA, a cleared ld.so.preload, a binary that ignores it); reporting each once per
+process (event LimitViolation on the pod, metric, log), and SIGKILL when configured; and
+removing the region directories of pods that no longer exist (after a grace period, only with
+a fresh pod list: never while the API server is away).
+Does not: enforce anything inside containers (the library does; this is the backstop).
+Failure: a GPU NVML cannot query is skipped this round; a process that exits before the kill
+is fine (ProcessLookupError ignored).
+Tests: tests/unit/node/test_watchdog.py, tests/gpu/test_node_agent_on_gpu.py
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuslice import model
+from gpuslice.node import regions
+from gpuslice.node.nvml import GPUBackend, GPULost
+from gpuslice.node.settings import WatchdogConfig
+
+__all__ = ["Violation", "Watchdog", "pod_uid_of_pid"]
+
+log = logging.getLogger(__name__)
+MiB = 1 << 20
+# kubepods-burstable-pod<uid with _>.slice (systemd) or kubepods/burstable/pod<uid> (cgroupfs)
+_POD_UID = re.compile(r"pod([0-9a-f]{8}(?:[-_][0-9a-f]{4}){3}[-_][0-9a-f]{12})")
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str  # "over_limit" | "unmanaged"
+    uuid: str
+    pids: tuple[int, ...]
+    used_bytes: int
+    limit_bytes: int | None
+    pod_uid: str | None
+    container: str | None
+
+    def message(self) -> str:
+        used = f"{self.used_bytes / MiB:.0f} MiB"
+        who = ", ".join(map(str, self.pids))
+        if self.kind == "over_limit":
+            return (f"container {self.container}: processes {who} hold {used} on GPU {self.uuid}, "
+                    f"over the limit of {(self.limit_bytes or 0) / MiB:.0f} MiB; the in-container "
+                    "library should have refused this: check that it is loaded in every process "
+                    "(/etc/ld.so.preload) and not bypassed")
+        return (f"process {who} holds {used} on shared GPU {self.uuid} without libgpuslice "
+                "(no region slot): it escapes every limit; run it through the library (do not "
+                "clear /etc/ld.so.preload or link CUDA statically)")
+
+
+def pod_uid_of_pid(pid: int, proc: str = "/proc") -> str | None:
+    """The pod UID in the process's cgroup path (kubepods...pod<uid>...), or None."""
+    try:
+        text = Path(f"{proc}/{pid}/cgroup").read_text(errors="replace")[:65536]
+    except OSError:
+        return None
+    m = _POD_UID.search(text)
+    return m.group(1).replace("_", "-") if m else None
+
+
+class Watchdog:
+    def __init__(self, backend: GPUBackend, regions_root: str | Path, cfg: WatchdogConfig, *,
+                 gpus: Callable[[], Sequence[model.GPU]],
+                 assignments: Callable[[], Mapping[str, model.PodAssignment]],
+                 pods_fresh: Callable[[], bool],
+                 kill: Callable[[int, int], None] = os.kill,
+                 proc: str = "/proc") -> None:
+        self.backend = backend
+        self.root = Path(regions_root)
+        self.cfg = cfg
+        self.gpus = gpus
+        self.assignments = assignments
+        self.pods_fresh = pods_fresh
+        self._kill = kill
+        self._proc = proc
+        self._reported: set[tuple[str, int]] = set()
+
+    def check(self) -> list[Violation]:
+        """One round; returns the violations not reported before (each process once per kind)."""
+        owners: dict[int, tuple[str, str]] = {}  # pid (as NVML lists it) -> (uid, container)
+        limits: dict[tuple[str, str, str], int] = {}  # (uid, container, uuid) -> limit
+        for cr in regions.scan(self.root):
+            if cr.region is None:
+                continue
+            for p in cr.region.processes:
+                if p.state != "free":
+                    owners[p.nvml_pid or p.pid] = (cr.pod_uid, cr.container)
+            for d in cr.region.devices:
+                if d.uuid and d.limit:
+                    limits[(cr.pod_uid, cr.container, d.uuid)] = d.limit
+        shared = {s.uuid for a in self.assignments().values() for s in a.slices()}
+        found = []
+        for g in self.gpus():
+            try:
+                procs = self.backend.processes(g.uuid)
+            except GPULost:
+                continue
+            per_container: dict[tuple[str, str], list[tuple[int, int]]] = {}
+            for p in procs:
+                owner = owners.get(p.pid)
+                if owner is not None:
+                    per_container.setdefault(owner, []).append((p.pid, p.used_bytes))
+                elif g.uuid in shared and self.cfg.unmanaged:
+                    found.append(Violation("unmanaged", g.uuid, (p.pid,), p.used_bytes, None,
+                                           pod_uid_of_pid(p.pid, self._proc), None))
+            for (uid, container), items in per_container.items():
+                limit = limits.get((uid, container, g.uuid))
+                total = sum(b for _, b in items)
+                if limit is not None and total > limit + self.cfg.tolerance_mib * MiB:
+                    found.append(Violation("over_limit", g.uuid, tuple(p for p, _ in items),
+                                           total, limit, uid, container))
+        new = [v for v in found if any((v.kind, p) not in self._reported for p in v.pids)]
+        for v in new:
+            self._reported.update((v.kind, p) for p in v.pids)
+            if self.cfg.kill:
+                for pid in v.pids:
+                    try:
+                        self._kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError) as exc:
+                        log.warning("watchdog: cannot kill %d: %s", pid, exc)
+        return new
+
+    def sweep(self, live_uids: set[str], *, now: float | None = None) -> list[str]:
+        """Remove region directories of pods not in `live_uids` (a fresh list) once they are
+        older than the grace period; returns the removed pod UIDs."""
+        if not self.pods_fresh():
+            return []
+        now = time.time() if now is None else now
+        removed = []
+        try:
+            entries = list(os.scandir(self.root))
+        except FileNotFoundError:
+            return []
+        for e in entries:
+            if e.name in live_uids or e.name.startswith(".") or not e.is_dir(follow_symlinks=False):
+                continue
+            if now - e.stat(follow_symlinks=False).st_mtime < self.cfg.region_grace_seconds:
+                continue
+            regions.remove(self.root, e.name)
+            removed.append(e.name)
+        return removed

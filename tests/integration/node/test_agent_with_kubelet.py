@@ -1,0 +1,158 @@
+"""The node agent end to end: an emulated kubelet admits pods the extender bound, the test API
+server holds them; registration, restarts, health, Allocate, and the PodResources check."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from emulator import AdmissionError, env_of, mounts_of
+from lightkube import ApiError
+from lightkube.resources.core_v1 import Node as NodeRes
+from lightkube.resources.core_v1 import Pod
+from nodeharness import create, wait_for
+from pods import NODE, container, gpu, pod
+
+from gpuslice import codec, handoff
+from gpuslice.kube.client import dict_view
+
+GPU_RESOURCES = {"nvidia.com/gpu", "volcano.sh/vgpu-number", "tencent.com/vcuda-core"}
+
+
+async def test_registers_every_device_resource_with_replicas_per_gpu(node):
+    regs = {(v, r) for v, _, r in node.kubelet.registrations}
+    assert regs == {("v1beta1", r) for r in GPU_RESOURCES}
+    assert all(not e.startswith("/") for _, e, _ in node.kubelet.registrations), \
+        "the kubelet dials the endpoint by file name in its own directory"
+    devs = await node.kubelet.wait_devices("nvidia.com/gpu")
+    assert sorted(devs) == sorted(f"{gpu(i)}::{n}" for i in range(2) for n in range(4))
+    assert len(await node.kubelet.wait_devices("tencent.com/vcuda-core")) == 200
+
+
+async def test_publishes_the_inventory_on_its_node(node):
+    async def published():
+        n = await node.client.get(dict_view(NodeRes), NODE)
+        return n["metadata"].get("annotations", {}).get(codec.INVENTORY_ANNOTATION)
+
+    await wait_for(published, "inventory annotation")
+    inv = codec.decode_inventory(await published(), node=NODE)
+    assert [g.uuid for g in inv.gpus] == [gpu(0), gpu(1)] and inv.gpus[0].split_count == 4
+
+
+async def test_a_kubelet_restart_makes_the_agent_register_again(node):
+    before = len(node.kubelet.registrations)
+    await node.kubelet.restart()
+    await wait_for(lambda: len(node.kubelet.registrations) >= before + 3, "re-registration")
+    devs = await node.kubelet.wait_devices("nvidia.com/gpu")
+    assert len(devs) == 8, "the new kubelet gets the full list on the new stream"
+
+
+async def test_an_xid_marks_the_gpus_replicas_unhealthy_and_recovery_heals_them(node):
+    await node.kubelet.wait_devices("nvidia.com/gpu")
+    seen = node.kubelet.endpoints["nvidia.com/gpu"].updates
+    node.backend.inject_xid(gpu(1), 79)
+
+    def health(h):
+        devs = node.kubelet.endpoints["nvidia.com/gpu"].devices
+        return all(devs[f"{gpu(1)}::{n}"] == h for n in range(4))
+
+    await wait_for(lambda: health("Unhealthy"), "GPU 1 unhealthy on the open stream")
+    assert node.kubelet.endpoints["nvidia.com/gpu"].updates > seen
+    assert all(v == "Healthy" for k, v in node.kubelet.endpoints["nvidia.com/gpu"].devices.items()
+               if k.startswith(gpu(0)))
+    await wait_for(lambda: health("Healthy"), "GPU 1 healthy after xidRecoverySeconds")
+
+
+async def test_interleaved_pods_each_get_their_own_assignment_and_are_marked_allocated(node):
+    now = time.time()
+    a = await create(node.client, pod("a", [container("main", quantity=1, mem=1000)],
+                                      {"main": [gpu(0)]}, at=now - 3))
+    b = await create(node.client, pod("b", [container("x", quantity=2, mem=2000),
+                                            container("y", quantity=1, mem=3000)],
+                                      {"x": [gpu(1), gpu(0)], "y": [gpu(1)]}, at=now - 2))
+    c = await create(node.client, pod(
+        "c", [container("main", "tencent.com/vcuda-core", 50, mem=512, cores=50)],
+        {"main": [gpu(1)]}, at=now - 1, cores={"main": 50}))
+    await node.kubelet.wait_devices("nvidia.com/gpu")
+    await node.kubelet.wait_devices("tencent.com/vcuda-core")
+    # the kubelet admits b first (its binding arrived first), then c, then a
+    got_b = await node.kubelet.admit(b)
+    got_c = await node.kubelet.admit(c)
+    got_a = await node.kubelet.admit(a)
+    assert env_of(got_b["x"])["GPUSLICE_DEVICE_UUIDS"] == f"{gpu(1)},{gpu(0)}"
+    assert env_of(got_b["x"])["CUDA_DEVICE_MEMORY_LIMIT_1"] == "2000m"
+    assert env_of(got_b["y"])["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert env_of(got_c["main"])["CUDA_DEVICE_SM_LIMIT"] == "50"
+    assert env_of(got_a["main"])["NVIDIA_VISIBLE_DEVICES"] == gpu(0)
+    region = node.state / "regions" / a["metadata"]["uid"] / "main"
+    assert ("/var/run/gpuslice", str(region), False) in mounts_of(got_a["main"])
+    assert region.is_dir() and (region.stat().st_mode & 0o7777) == 0o1777
+
+    async def allocated(name, want):
+        p = await node.client.get(dict_view(Pod), name, namespace="default")
+        return p["metadata"]["annotations"].get(handoff.ALLOCATED) == want
+
+    for name, want in (("a", "main"), ("b", "x,y"), ("c", "main")):
+        await wait_for(lambda n=name, w=want: allocated(n, w), f"{name} allocated={want}")
+
+
+async def test_an_allocate_for_no_pod_in_flight_is_refused_with_what_to_check(node):
+    await node.kubelet.wait_devices("nvidia.com/gpu")
+    with pytest.raises(AdmissionError, match="no pod in flight on this node asks for"):
+        await node.kubelet.allocate("nvidia.com/gpu", 1)
+
+
+async def test_a_tenant_annotation_claiming_an_exclusive_gpu_is_refused(node):
+    now = time.time()
+    owner = await create(node.client, pod("owner", [container("main", cores=100)],
+                                          {"main": [gpu(0)]}, at=now - 5))
+    await node.kubelet.wait_devices("nvidia.com/gpu")
+    await node.kubelet.admit(owner)
+    thief = await create(node.client, pod("thief", [container("main", cores=10)],
+                                          {"main": [gpu(0)]}, at=now - 1))
+    with pytest.raises(AdmissionError, match="held exclusively"):
+        await node.kubelet.admit(thief)
+
+
+async def test_serves_the_kubelet_while_the_api_server_is_down_and_catches_up(node):
+    faults = node.api.need_faults()
+    now = time.time()
+    p = await create(node.client, pod("late", [container("main")], {"main": [gpu(1)]},
+                                      at=now - 1))
+    await node.agent.cluster.refresh()
+    await node.kubelet.wait_devices("nvidia.com/gpu")
+    faults.fail_next(50, code=503, resource="pods")
+    got = await node.kubelet.admit(p)
+    assert env_of(got["main"])["NVIDIA_VISIBLE_DEVICES"] == gpu(1)
+    await wait_for(lambda: not node.agent.cluster.reachable, "the agent sees the outage")
+    assert node.agent.cluster.queued == 1, "the allocated mark waits in the queue"
+
+    async def allocated():
+        try:
+            got = await node.client.get(dict_view(Pod), "late", namespace="default")
+        except ApiError:  # the test's own reads meet the same outage
+            return False
+        return got["metadata"]["annotations"].get(handoff.ALLOCATED) == "main"
+
+    await wait_for(allocated, "allocated written once the API server answers", timeout=40)
+
+
+async def test_interchangeable_pods_the_kubelet_swapped_get_their_assignments_swapped(node):
+    now = time.time()
+    one = await create(node.client, pod("one", [container("main")], {"main": [gpu(0)]},
+                                        at=now - 2))
+    two = await create(node.client, pod("two", [container("main")], {"main": [gpu(1)]},
+                                        at=now - 1))
+    await node.kubelet.wait_devices("nvidia.com/gpu")
+    # the kubelet admits "two" first: the agent answers it from "one" (oldest, same shape)
+    got_two = await node.kubelet.admit(two)
+    await node.kubelet.admit(one)
+    assert env_of(got_two["main"])["NVIDIA_VISIBLE_DEVICES"] == gpu(0)
+
+    async def swapped():
+        p = await node.client.get(dict_view(Pod), "two", namespace="default")
+        a = codec.decode_assignment(p["metadata"]["annotations"][codec.ASSIGNMENT_ANNOTATION])
+        return a.containers[0].slices[0].uuid == gpu(0)
+
+    await wait_for(swapped, "two's assignment names the GPU it really got")
+    assert node.agent.metrics.swaps._value.get() == 1
