@@ -131,7 +131,7 @@ def run(gpu_memory: str | None, gpu_compute: int | None, compute_mode: str | Non
 @main.command()
 @click.option("--region", type=click.Path(dir_okay=False),
               help="Shared region file (default: $CUDA_DEVICE_MEMORY_SHARED_CACHE, else "
-                   "the library's /tmp/gpuslice-<uid>.region).")
+                   "the library's /tmp/gpuslice.region).")
 @click.option("--once", is_flag=True, help="Print one snapshot and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the snapshot as JSON.")
 def top(region: str | None, once: bool, as_json: bool) -> None:
