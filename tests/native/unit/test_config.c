@@ -95,6 +95,25 @@ static void test_per_device_limit_overrides_the_all_devices_limit(void)
     EXPECT(strcmp(c.region_path, "/x/r") == 0, "region path from CUDA_DEVICE_MEMORY_SHARED_CACHE");
 }
 
+static void test_device_uuids_list_the_containers_gpus_in_order(void)
+{
+    struct gs_config c;
+    env_n = 0;
+    env_set("CUDA_DEVICE_MEMORY_LIMIT", "4GiB");
+    env_set("GPUSLICE_DEVICE_UUIDS", "GPU-0a1b,GPU-ffff-0000");
+    EXPECT(gs_config_parse(&c, env_get) == 0, "a list of UUIDs is valid");
+    EXPECT(c.device_uuid_count == 2 && strcmp(c.device_uuids[0], "GPU-0a1b") == 0 &&
+           strcmp(c.device_uuids[1], "GPU-ffff-0000") == 0, "index i is the i-th UUID");
+    EXPECT(c.mem_limit_default == 4ull << 30, "CUDA_DEVICE_MEMORY_LIMIT is kept for indexes past 15");
+    const char *bad[] = {"0,1", "GPU-0a1b,,GPU-2", "GPU-xyz", "GPU-0a1b GPU-2", "GPU-"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        env_n = 0;
+        env_set("GPUSLICE_DEVICE_UUIDS", bad[i]);
+        EXPECT(gs_config_parse(&c, env_get) != 0 && strstr(c.error, "GPUSLICE_DEVICE_UUIDS") != NULL,
+               "GPUSLICE_DEVICE_UUIDS=\"%s\" is refused with its name", bad[i]);
+    }
+}
+
 static void test_compute_settings_parse_and_100_percent_means_unlimited(void)
 {
     struct gs_config c;
@@ -182,6 +201,7 @@ int main(void)
     test_sizes_follow_the_shared_grammar();
     test_no_env_means_no_limits_and_the_default_region();
     test_per_device_limit_overrides_the_all_devices_limit();
+    test_device_uuids_list_the_containers_gpus_in_order();
     test_compute_settings_parse_and_100_percent_means_unlimited();
     test_invalid_values_make_the_config_invalid_with_the_name_and_fix();
     test_unrecognised_limit_and_gpuslice_names_are_errors_naming_the_variable();
