@@ -191,3 +191,30 @@ def webhook(config_file: str | None, **flags: Any) -> None:
 def certgen(**options: Any) -> None:
     """Make (or keep, while valid) the webhook's CA and serving certificate."""
     _lazy("gpuslice.webhook.certgen", "command")(**options)
+
+
+@main.command("node-agent")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="Config file (YAML); GPUSLICE_NODE_* variables override it.")
+@click.option("--gpu-backend", help="nvml (default), fake:N (N fake GPUs) or fake:FILE.yaml.")
+@click.option("--device-plugin-dir", help="Kubelet device plugin directory "
+              "(default /var/lib/kubelet/device-plugins).")
+@click.option("--pod-resources-socket", help="Kubelet PodResources socket "
+              "(default /var/lib/kubelet/pod-resources/kubelet.sock).")
+@click.option("--node-name", help="This node's name (in a DaemonSet: the downward API).")
+@click.option("--state-dir", help="Host directory for the library and regions "
+              "(default /var/lib/gpuslice).")
+@click.option("--metrics-address", help="HOST:PORT for /metrics, /healthz, /readyz "
+              "(default 0.0.0.0:9400).")
+@click.option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, else in-cluster).")
+@click.option("--library", type=click.Path(dir_okay=False),
+              help="libgpuslice.so to install for containers (default: the one gpuslice ships).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
+def node_agent(config_file: str | None, library: str | None, **flags: Any) -> None:
+    """Serve the node agent (device plugin, inventory, exporter, watchdog) until stopped."""
+    names = {"gpu_backend": "gpuBackend", "device_plugin_dir": "devicePluginDir",
+             "pod_resources_socket": "podResourcesSocket", "node_name": "nodeName",
+             "state_dir": "stateDir", "metrics_address": "metricsAddress",
+             "kubeconfig": "kubeconfig", "log_level": "logLevel"}
+    _lazy("gpuslice.node.agent", "run")(
+        config_file=config_file, library=library, flags={names[k]: v for k, v in flags.items()})
