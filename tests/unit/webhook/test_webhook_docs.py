@@ -1,0 +1,64 @@
+"""docs/webhook.md stays true: its MutatingWebhookConfiguration is a valid object whose selectors
+use the configured opt-out label, and its key table lists exactly the config's keys."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import kubernetes_validate
+import msgspec
+import yaml
+
+from gpuslice.webhook.config import WebhookConfig, load
+
+DOC = (Path(__file__).parents[3] / "docs" / "webhook.md").read_text()
+
+
+def _manifest() -> dict:
+    (block,) = re.findall(r"```yaml\n(.*?)```", DOC, re.S)
+    return yaml.safe_load(block)
+
+
+def test_the_documented_configuration_is_a_valid_kubernetes_object():
+    kubernetes_validate.validate(_manifest(), "1.32.0", strict=True)
+
+
+def test_its_selectors_opt_out_with_the_default_label_and_only_pod_creates_are_sent():
+    (hook,) = _manifest()["webhooks"]
+    cfg = load(None)
+    opt_out = {"key": cfg.opt_out_label, "operator": "NotIn", "values": [cfg.opt_out_value]}
+    assert opt_out in hook["namespaceSelector"]["matchExpressions"]
+    assert opt_out in hook["objectSelector"]["matchExpressions"]
+    assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                              "resources": ["pods"], "scope": "Namespaced"}]
+    assert hook["admissionReviewVersions"] == ["v1"] and hook["clientConfig"]["service"][
+        "path"] == "/mutate"
+
+
+def _section(title: str) -> str:
+    return DOC.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_key_table_lists_every_config_key():
+    documented = set(re.findall(r"^\| `([A-Za-z.]+)` \|", _section("Configuration"), re.M))
+    keys = set()
+    for f in msgspec.structs.fields(WebhookConfig):
+        if f.encode_name == "defaults":
+            keys |= {f"defaults.{d.encode_name}" for d in msgspec.structs.fields(f.type)}
+        else:
+            keys.add(f.encode_name)
+    assert documented == keys
+
+
+def test_the_metric_table_lists_every_metric_served():
+    from prometheus_client import CollectorRegistry
+
+    from gpuslice.webhook.metrics import Metrics
+
+    registry = CollectorRegistry()
+    Metrics(registry, SimpleNamespace(not_after=0.0, reloads=0))  # type: ignore[arg-type]
+    served = {m.name.removesuffix("_total") for m in registry.collect()}
+    documented = set(re.findall(r"^\| `(gpuslice_\w+)", _section("Endpoints and metrics"), re.M))
+    assert {d.removesuffix("_total") for d in documented} == served
