@@ -8,7 +8,8 @@
  * Env: FAKE_CUDA_DEVICES (1), FAKE_CUDA_MEMORY_MIB (16384), FAKE_CUDA_CONTEXT_MIB (0: footprint of
  * each context), FAKE_CUDA_CONTEXT_UNLISTED_MIB (0: device memory each context also takes that NVML's
  * per-process list does not show, as on a real GPU), FAKE_CUDA_CONTEXT_DELAY_MS (0: how long a
- * context creation takes), FAKE_CUDA_LAZY_MIB (0: taken at a context's first launch, like lazily
+ * context creation takes), FAKE_CUDA_ALLOC_DELAY_MS (0: how long a cuMemAlloc/Pitch/Managed call
+ * waits before the device is charged, so tests can hold an allocation in flight), FAKE_CUDA_LAZY_MIB (0: taken at a context's first launch, like lazily
  * loaded modules), FAKE_NVML_PID_OFFSET (0: NVML lists pid + offset, as a driver that reports host
  * pids to a container), FAKE_CUDA_STATE (path), FAKE_CUDA_SM_COUNT (132), FAKE_CUDA_NS_PER_BLOCK
  * (1000), FAKE_CUDA_POOL_CHUNK_MIB (2), FAKE_CUDA_NAME, CUDA_VISIBLE_DEVICES (indices or UUIDs;
@@ -84,6 +85,7 @@ struct fake_cfg {
     uint64_t ctx_bytes;
     uint64_t ctx_unlisted;
     long ctx_delay_ms;
+    long alloc_delay_ms;
     uint64_t lazy_bytes;
     uint64_t pool_chunk;
     int sm_count;

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct rec {
     CUdeviceptr ptr;
@@ -98,6 +99,10 @@ static CUresult alloc_kind(CUdeviceptr *dptr, uint64_t bytes, enum fake_kind kin
         return rc;
     if (dptr == NULL || bytes == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    long delay = fake_cfg()->alloc_delay_ms;
+    struct timespec ts = {delay / 1000, (delay % 1000) * 1000000L};
+    if (delay > 0) /* FAKE_CUDA_ALLOC_DELAY_MS: the allocation is in flight meanwhile */
+        nanosleep(&ts, NULL);
     uint64_t charged = fake_round_up(bytes, FAKE_GRANULE);
     if (charged < bytes)
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -119,6 +119,7 @@ static void init_once(void) {
     g_cfg.ctx_bytes = (uint64_t)env_long("FAKE_CUDA_CONTEXT_MIB", 0, 0, 1 << 20) * FAKE_MIB;
     g_cfg.ctx_unlisted = (uint64_t)env_long("FAKE_CUDA_CONTEXT_UNLISTED_MIB", 0, 0, 1 << 20) * FAKE_MIB;
     g_cfg.ctx_delay_ms = env_long("FAKE_CUDA_CONTEXT_DELAY_MS", 0, 0, 60000);
+    g_cfg.alloc_delay_ms = env_long("FAKE_CUDA_ALLOC_DELAY_MS", 0, 0, 60000);
     g_cfg.lazy_bytes = (uint64_t)env_long("FAKE_CUDA_LAZY_MIB", 0, 0, 1 << 20) * FAKE_MIB;
     g_cfg.pool_chunk = (uint64_t)env_long("FAKE_CUDA_POOL_CHUNK_MIB", 2, 2, 1 << 20) * FAKE_MIB;
     g_cfg.sm_count = (int)env_long("FAKE_CUDA_SM_COUNT", 132, 1, 100000);

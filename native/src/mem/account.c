@@ -18,6 +18,13 @@ static uint64_t gs_slot_sum(struct gs_region_slot *s, int dev)
     return __atomic_load_n(&s->used[dev], __ATOMIC_SEQ_CST) + __atomic_load_n(&s->pending[dev], __ATOMIC_SEQ_CST);
 }
 
+/* a + b, at most INT64_MAX (a <= INT64_MAX): no count, however large, wraps a total to a small
+ * one, and used + pending of two such totals cannot wrap either. */
+static uint64_t gs_add_cap(uint64_t a, uint64_t b)
+{
+    return b > (uint64_t)INT64_MAX - a ? (uint64_t)INT64_MAX : a + b;
+}
+
 /* Sum used and pending over live slots. */
 static void gs_account_sum(int dev, uint64_t *used, uint64_t *pending)
 {
@@ -26,8 +33,8 @@ static void gs_account_sum(int dev, uint64_t *used, uint64_t *pending)
     for (int i = 0; i < n; i++) {
         struct gs_region_slot *s = gs_region_slot_at(i);
         if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) != GS_SLOT_LIVE) continue;
-        u += __atomic_load_n(&s->used[dev], __ATOMIC_SEQ_CST);
-        p += __atomic_load_n(&s->pending[dev], __ATOMIC_SEQ_CST);
+        u = gs_add_cap(u, __atomic_load_n(&s->used[dev], __ATOMIC_SEQ_CST));
+        p = gs_add_cap(p, __atomic_load_n(&s->pending[dev], __ATOMIC_SEQ_CST));
     }
     *used = u;
     *pending = p;
@@ -103,6 +110,10 @@ int gs_account_reserve(int dev, uint64_t bytes)
     struct gs_region_slot *s = gs_region_self();
     uint64_t limit = gs_account_limit_entry(e);
     if (s == NULL) return limit ? GS_OVER : GS_PASS; /* every slot taken: fail closed */
+    /* a size that can never fit is refused before it touches a counter: 2^64 - X added to
+     * pending would wrap the sums and let concurrent allocations pass the cap by X */
+    if (limit && bytes > limit) return GS_OVER;
+    if (bytes > (uint64_t)INT64_MAX) return GS_PASS; /* no limit here: the driver refuses it */
     for (int attempt = 0;; attempt++) {
         __atomic_fetch_add(&s->pending[e], bytes, __ATOMIC_SEQ_CST);
         if (limit == 0) return GS_OK;
@@ -114,7 +125,7 @@ int gs_account_reserve(int dev, uint64_t bytes)
         /* a dead process's slot (even one killed mid-reservation) may be what blocks us */
         gs_region_reclaim(0);
         gs_account_sum(e, &used, &pending);
-        if (used + bytes > limit) return GS_OVER; /* committed usage alone leaves no room */
+        if (used > limit - bytes) return GS_OVER; /* committed usage alone leaves no room */
         gs_backoff(attempt);                      /* in-flight reservations may be cancelled */
     }
 }

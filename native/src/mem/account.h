@@ -28,9 +28,12 @@ uint64_t gs_account_limit(int dev);                /* the region's limit, 0 = no
 uint64_t gs_account_total_entry(int e);
 uint64_t gs_account_limit_entry(int e);
 
+/* Rounded up to a multiple of gran; a size too close to 2^64 to round stays UINT64_MAX (never
+ * wraps to a small charge), which no limit admits. */
 static inline uint64_t gs_round_up(uint64_t bytes, uint64_t gran)
 {
-    return gran ? (bytes + gran - 1) / gran * gran : bytes;
+    if (!gran) return bytes;
+    return bytes > UINT64_MAX - (gran - 1) ? UINT64_MAX : (bytes + gran - 1) / gran * gran;
 }
 
 enum gs_track_kind { GS_TRACK_PTR = 1, GS_TRACK_VMM, GS_TRACK_ARRAY, GS_TRACK_MIPMAP, GS_TRACK_CTX, GS_TRACK_POOL };

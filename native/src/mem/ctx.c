@@ -279,9 +279,14 @@ void gs_ctx_reconcile(int dev, int force)
         pthread_mutex_unlock(&gs_ctx_lock);
         return;
     }
-    uint64_t mine = gs_account_self_total(dev);
-    uint64_t base = mine > gs_overhead[dev] ? mine - gs_overhead[dev] : 0;
-    uint64_t target = nv > base ? nv - base : 0;
+    /* NVML holds our committed charges plus the part of our reservations in flight the driver
+     * already allocated, so the overhead lies in [hi - pending, hi]: move it only into that
+     * range, never down by another thread's reservation (two allocations would pass the cap). */
+    uint64_t used = gs_account_self(dev), total = gs_account_self_total(dev);
+    uint64_t pending = total > used ? total - used : 0, cur = gs_overhead[dev];
+    uint64_t base = used > cur ? used - cur : 0;
+    uint64_t hi = nv > base ? nv - base : 0, lo = hi > pending ? hi - pending : 0;
+    uint64_t target = cur > hi ? hi : cur < lo ? lo : cur;
     if (target > gs_overhead[dev]) gs_account_charge(dev, target - gs_overhead[dev]);
     else if (target < gs_overhead[dev]) gs_account_release(dev, gs_overhead[dev] - target);
     if (target != gs_overhead[dev])
