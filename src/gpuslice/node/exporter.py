@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 MiB = 1 << 20
 CONTAINER = ["namespace", "pod", "container"]
 GPU_LABELS = ["uuid", "index", "model"]
-_NONE = model.PodAssignment(node="", containers=())
 
 
 class UsageCollector(Collector):
@@ -82,7 +81,6 @@ class UsageCollector(Collector):
                                 "Region files that are not a readable gpuslice region (tenant "
                                 "tampering, version skew)")
         pods = self.pods()
-        assignments = self.assignments()
         unreadable = 0
         seen = set()
         for cr in regions.scan(self.root):
@@ -94,14 +92,9 @@ class UsageCollector(Collector):
                 continue
             ns, name = pods.get(cr.pod_uid, ("", cr.pod_uid))
             labels = [ns, name, cr.container]
-            order = [s.uuid for c in (assignments.get(cr.pod_uid) or _NONE).containers
-                     if c.container == cr.container for s in c.slices]
-            for d in cr.region.devices:
-                uuid = d.uuid or (order[d.index] if d.index < len(order) else "")
-                if not uuid or (not d.limit and not d.used):
-                    continue
-                used.add_metric([*labels, uuid], d.used)
-                limit.add_metric([*labels, uuid], d.limit)
+            for d in cr.region.by_uuid().values():
+                used.add_metric([*labels, d.uuid], d.used)
+                limit.add_metric([*labels, d.uuid], d.limit)
             live = [p for p in cr.region.processes if p.state == "live"]
             key = (cr.pod_uid, cr.container)
             seen.add(key)

@@ -298,7 +298,11 @@ class FakeBackend:
     def with_count(cls, count: int, *, memory_mib: int = 16384) -> FakeBackend:
         if not 1 <= count <= 64:
             raise ConfigError(f"--gpu-backend fake:{count}: use 1..64 GPUs")
-        return cls([_FakeGPU(uuid=fake_uuid(i), memory_mib=memory_mib) for i in range(count)])
+        return cls.with_uuids([fake_uuid(i) for i in range(count)], memory_mib=memory_mib)
+
+    @classmethod
+    def with_uuids(cls, uuids: list[str], *, memory_mib: int = 16384) -> FakeBackend:
+        return cls([_FakeGPU(uuid=u, memory_mib=memory_mib) for u in uuids])
 
     @classmethod
     def from_file(cls, path: str) -> FakeBackend:

@@ -3,11 +3,11 @@
 Layout: `<state-dir>/regions/<pod-uid>/<container>/region`. The pod directory is root's (0755);
 the container directory is world-writable with the sticky bit (1777), so every uid of the
 container can create the region (the library makes it 0666) and none can delete another's.
-Owns: `prepare`, `scan`, `read`, `remove`, `swap`. Does not: interpret usage (exporter.py,
+Owns: `prepare`, `scan`, `remove`, `swap`. Does not: interpret usage (exporter.py,
 watchdog.py) or decide which pods are gone (the watchdog asks the cluster view).
-Invariant: the files are the tenant's, so they are never trusted: opened without following
-symlinks and without blocking (a FIFO), checked to be a regular file of the exact region size,
-read with a bounded read; anything else is a `problem` string, never a hang or a crash.
+Invariant: the files are the tenant's, so they are never trusted: directories are walked
+without following symlinks, and files read with shim.Region.read (no symlink, no FIFO, a
+bounded read); anything it refuses is a `problem` string, never a hang or a crash.
 Tests: tests/unit/node/test_regions.py
 """
 
@@ -23,11 +23,9 @@ from pathlib import Path
 
 from gpuslice.errors import ShimError
 from gpuslice.node.allocate import REGION_FILE
-from gpuslice.shim import REGION_SIZE, Region
+from gpuslice.shim import Region
 
-__all__ = ["ContainerRegion", "prepare", "read", "remove", "scan", "swap"]
-
-_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+__all__ = ["ContainerRegion", "prepare", "remove", "scan", "swap"]
 
 
 @dataclass(frozen=True)
@@ -53,31 +51,6 @@ def prepare(root: str | Path, pod_uid: str, container: str) -> Path:
     return d
 
 
-def read(path: str | Path) -> Region:
-    """The region at `path`; ShimError for anything that is not a plain region file."""
-    p = Path(path)
-    try:
-        fd = os.open(p, _FLAGS)
-    except OSError as exc:
-        raise ShimError(f"region {p}: cannot open ({exc.strerror})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ShimError(f"region {p}: not a regular file")
-        if st.st_size != REGION_SIZE:
-            raise ShimError(f"region {p}: {st.st_size} bytes, expected {REGION_SIZE}")
-        chunks, left = [], REGION_SIZE
-        while left > 0:
-            b = os.read(fd, left)
-            if not b:
-                break
-            chunks.append(b)
-            left -= len(b)
-    finally:
-        os.close(fd)
-    return Region.parse(b"".join(chunks), path=p, check_alive=False)
-
-
 def scan(root: str | Path) -> list[ContainerRegion]:
     """Every container directory under `root`, with its region read (or why not)."""
     out = []
@@ -95,7 +68,8 @@ def scan(root: str | Path) -> list[ContainerRegion]:
                         out.append(ContainerRegion(pod.name, c.name, d, None))
                         continue
                     try:
-                        out.append(ContainerRegion(pod.name, c.name, d, read(f)))
+                        out.append(ContainerRegion(pod.name, c.name, d,
+                                                    Region.read(f, check_alive=False)))
                     except ShimError as exc:
                         out.append(ContainerRegion(pod.name, c.name, d, None, str(exc)))
     return out

@@ -97,8 +97,8 @@ class Watchdog:
             for p in cr.region.processes:
                 if p.state != "free":
                     owners[p.nvml_pid or p.pid] = (cr.pod_uid, cr.container)
-            for d in cr.region.devices:
-                if d.uuid and d.limit:
+            for d in cr.region.by_uuid().values():
+                if d.limit:
                     limits[(cr.pod_uid, cr.container, d.uuid)] = d.limit
         shared = {s.uuid for a in self.assignments().values() for s in a.slices()}
         found = []
