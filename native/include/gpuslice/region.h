@@ -12,7 +12,8 @@
  * summing live slots, so nothing drifts; dead slots are reclaimed by CAS on `state`.
  * Devices are keyed by GPU UUID, never by CUDA ordinal: a device entry is written at creation
  * from GPUSLICE_DEVICE_UUIDS, or by the first process that uses that GPU while it holds
- * `device_lock` (its pid; a dead holder's lock is taken over); slot counters are indexed by entry. */
+ * `device_lock` (its thread id; a dead holder's lock is taken over); slot counters are indexed
+ * by entry. */
 #ifndef GPUSLICE_REGION_H
 #define GPUSLICE_REGION_H
 
@@ -62,7 +63,7 @@ struct gs_region_header {               /* 4096 bytes */
     uint64_t index_limit[GS_REGION_MAX_DEVICES]; /* 80 limit by the container's device index */
     uint64_t pid_ns;                    /* 208 inode of the creator's pid namespace (0 unknown) */
     uint64_t default_limit;             /* 216 limit of indexes >= 16 (CUDA_DEVICE_MEMORY_LIMIT) */
-    int32_t device_lock;                /* 224 pid adding a device entry, 0 = none */
+    int32_t device_lock;                /* 224 thread id adding a device entry, 0 = none */
     uint8_t reserved[4096 - 228];       /* 228 zero */
 };
 

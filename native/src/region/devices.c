@@ -2,13 +2,14 @@
  * (gs_device_uuid, CUDA side) and the UUID to the entry, once per ordinal (cached). Entries are
  * fixed at creation when the node agent set GPUSLICE_DEVICE_UUIDS (a GPU outside that list is
  * refused: fail closed); otherwise the first process using a GPU adds its entry under the
- * region's device_lock, taking the limit of the index it sees the GPU at (index_limit[ordinal],
+ * region's device_lock (a thread id), taking the limit of the index it sees the GPU at (index_limit[ordinal],
  * default_limit from index 16 on), preferring the entry of the same index. The lock makes two
  * processes adding the same GPU at once end with one entry, so a GPU never gets two caps.
  * Tests: tests/native/unit/test_region.c, tests/native/test_cap_follows_the_physical_gpu.py. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,9 +32,12 @@ int gs_region_entry_of_uuid(const char *uuid)
     return -1;
 }
 
+/* The lock holder is a thread id (the main thread's is the pid), so two threads of one process
+ * exclude each other too; a holder that is gone (killed, or a thread of the image before exec)
+ * is taken over. */
 static int gs_device_lock(struct gs_region_header *h)
 {
-    int me = (int)getpid();
+    int me = (int)syscall(SYS_gettid);
     struct timespec pause = {0, 100000};
     for (uint64_t waited = 0; waited < GS_LOCK_WAIT_NS; waited += (uint64_t)pause.tv_nsec) {
         int owner = 0;

@@ -233,6 +233,31 @@ static void test_gpus_are_counted_by_uuid_whatever_the_ordinal(void)
     EXPECT(gs_account_used(2) == 0, "released through either ordinal");
 }
 
+static void test_processes_adding_one_gpu_at_once_make_one_entry(void)
+{
+    enum { KIDS = 6 };
+    int go[2];
+    if (pipe(go) != 0) return;
+    uuid_of[60] = "GPU-raced";
+    pid_t kids[KIDS];
+    for (int k = 0; k < KIDS; k++) {
+        if ((kids[k] = fork()) == 0) {
+            char c;
+            if (read(go[0], &c, 1) != 1) _exit(2);
+            _exit(gs_region_entry(60) >= 0 && gs_region_entry(60) < GS_REGION_MAX_DEVICES ? 0 : 1);
+        }
+    }
+    if (write(go[1], "gggggg", KIDS) != KIDS) return;
+    int ok = 0, status;
+    for (int k = 0; k < KIDS; k++) ok += waitpid(kids[k], &status, 0) == kids[k] && WIFEXITED(status) &&
+                                          WEXITSTATUS(status) == 0;
+    int entries = 0;
+    for (int e = 0; e < GS_REGION_MAX_DEVICES; e++)
+        entries += gs_region_device(e)->state == GS_DEVICE_READY && strcmp(gs_region_device(e)->uuid, "GPU-raced") == 0;
+    EXPECT(ok == KIDS && entries == 1, "%d processes adding the same GPU at once found it, in one entry (got %d)",
+           ok, entries);
+}
+
 static void test_ordinals_past_16_are_capped_and_a_full_table_fails_closed(void)
 {
     EXPECT(gs_account_limit(20) == 50 * MiB, "ordinal 20 gets CUDA_DEVICE_MEMORY_LIMIT like the others, got %llu",
@@ -331,6 +356,7 @@ int main(int argc, char **argv)
     test_a_foreign_file_is_refused(dir);
     test_a_slot_whose_clearer_died_is_taken_over();
     test_gpus_are_counted_by_uuid_whatever_the_ordinal();
+    test_processes_adding_one_gpu_at_once_make_one_entry();
     test_ordinals_past_16_are_capped_and_a_full_table_fails_closed();
     test_with_a_uuid_list_other_gpus_are_refused(dir);
     test_a_region_of_another_pid_namespace_is_refused(dir);
