@@ -8,8 +8,8 @@ import time
 import pytest
 from emulator import AdmissionError, env_of, mounts_of
 from lightkube import ApiError
+from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.core_v1 import Node as NodeRes
-from lightkube.resources.core_v1 import Pod
 from nodeharness import create, wait_for
 from pods import NODE, container, gpu, pod
 
@@ -156,3 +156,22 @@ async def test_interchangeable_pods_the_kubelet_swapped_get_their_assignments_sw
 
     await wait_for(swapped, "two's assignment names the GPU it really got")
     assert node.agent.metrics.swaps._value.get() == 1
+
+
+async def test_a_container_on_other_gpus_than_its_assignment_is_reported_once(node):
+    now = time.time()
+    p = await create(node.client, pod("edited", [container("main")], {"main": [gpu(0)]},
+                                      at=now - 1))
+    await node.kubelet.wait_devices("nvidia.com/gpu")
+    await node.kubelet.admit(p)
+    # someone rewrites the assignment after the container started (it still runs on GPU 0)
+    moved = pod("edited", [container("main")], {"main": [gpu(1)]}, at=now - 1,
+                allocated="main")["metadata"]["annotations"]
+    await node.client.patch(dict_view(Pod), "edited", {"metadata": {"annotations": moved}},
+                            namespace="default")
+    await node.agent.cluster.refresh()
+    await wait_for(lambda: node.agent.metrics.mismatches._value.get() == 1, "mismatch counted")
+    events = [e async for e in node.client.list(dict_view(Event), namespace="default")]
+    assert any(e["reason"] == "AllocateMismatch" and gpu(0) in e["message"] for e in events)
+    await node.agent._verify_once()
+    assert node.agent.metrics.mismatches._value.get() == 1, "reported once per pod"

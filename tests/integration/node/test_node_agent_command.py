@@ -1,0 +1,54 @@
+"""`gpuslice node-agent` as the DaemonSet runs it: serves the kubelet, and SIGTERM stops it
+cleanly (exit 0, plugin sockets removed)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from emulator import Kubelet, short_dir
+from lightkube.resources.core_v1 import Node
+from nodeharness import wait_for
+from pods import NODE
+
+from gpuslice.kube.client import dict_view
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+async def test_the_command_registers_and_stops_cleanly_on_sigterm(kube_api):
+    base = Path(short_dir())
+    lib = base / "libgpuslice.so"
+    lib.write_bytes(b"library")
+    kubelet = Kubelet(str(base / "dp"), str(base / "pr.sock"))
+    await kubelet.start()
+    client = kube_api.async_client()
+    await client.create(dict_view(Node)({"apiVersion": "v1", "kind": "Node",
+                                         "metadata": {"name": NODE}}))
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "GPUSLICE_NODE_SPLIT_COUNT": "3"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "from gpuslice.cli import main; main()", "node-agent",
+        "--gpu-backend", "fake:2", "--node-name", NODE, "--kubeconfig", str(kube_api.kubeconfig),
+        "--device-plugin-dir", str(base / "dp"), "--pod-resources-socket",
+        str(base / "pr.sock"), "--state-dir", str(base / "state"), "--library", str(lib),
+        "--metrics-address", "127.0.0.1:0", env=env, stderr=asyncio.subprocess.PIPE)
+    try:
+        await wait_for(lambda: len(kubelet.endpoints) == 3, "three resources registered", 30)
+        devs = await kubelet.wait_devices("nvidia.com/gpu")
+        assert len(devs) == 6, "GPUSLICE_NODE_SPLIT_COUNT=3 replicas on each of 2 GPUs"
+        assert (base / "state" / "lib" / "ld.so.preload").read_text() == \
+            "/usr/local/gpuslice/lib/libgpuslice.so\n"
+        proc.send_signal(signal.SIGTERM)
+        rc = await asyncio.wait_for(proc.wait(), 20)
+        err = (await proc.stderr.read()).decode()
+        assert rc == 0, err
+        assert not list((base / "dp").glob("gpuslice-*.sock")), "plugin sockets removed"
+        assert '"msg": "node agent serving"' in err, "JSON log lines"
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await kubelet.stop()
