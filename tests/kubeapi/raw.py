@@ -19,9 +19,15 @@ def pod_body(name: str, *, labels: dict[str, str] | None = None, **spec: Any) ->
                      **spec}}
 
 
-def node_body(name: str, labels: dict[str, str] | None = None) -> dict:
+def node_body(name: str, labels: dict[str, str] | None = None,
+              allocatable: dict[str, str] | None = None) -> dict:
+    """A node as a kubelet registers it: Ready, with capacity (8 CPUs, 32Gi, 110 pods)."""
+    resources = {"cpu": "8", "memory": "32Gi", "pods": "110", **(allocatable or {})}
     return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, **({"labels": labels} if labels else {})}}
+            "metadata": {"name": name, **({"labels": labels} if labels else {})},
+            "status": {"capacity": resources, "allocatable": resources, "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                 "message": "fake node, no kubelet"}]}}
 
 
 class Raw:
