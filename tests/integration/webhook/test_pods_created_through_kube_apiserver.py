@@ -1,0 +1,97 @@
+"""End to end with a real kube-apiserver (KUBEBUILDER_ASSETS): certgen sets the caBundle of a
+URL-configured webhook, and pods created through the API come back mutated, denied with our
+lines, or untouched when their namespace opts out. The in-process server does not call
+admission webhooks, so there these tests skip."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from lightkube import ApiError
+from lightkube.models.admissionregistration_v1 import (
+    MutatingWebhook,
+    RuleWithOperations,
+    WebhookClientConfig,
+)
+from lightkube.models.meta_v1 import LabelSelector, LabelSelectorRequirement, ObjectMeta
+from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
+from lightkube.resources.core_v1 import Namespace, Pod
+
+from gpuslice.webhook import config
+from gpuslice.webhook.certgen import certgen
+from gpuslice.webhook.command import Server
+
+OPT_OUT = LabelSelector(matchExpressions=[LabelSelectorRequirement(
+    key="gpuslice.io/webhook", operator="NotIn", values=["disabled"])])
+
+
+def gpu_pod(name: str, limits: dict[str, str], namespace: str = "default") -> Pod:
+    return Pod.from_dict({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": "registry.invalid/pause:1",
+                                 "resources": {"limits": limits}}]}})
+
+
+@pytest.fixture
+async def webhook(kube_api, tmp_path):
+    if not kube_api.is_real:
+        pytest.skip("the in-process API server does not call admission webhooks; set "
+                    "KUBEBUILDER_ASSETS to a folder with kube-apiserver and etcd to run this")
+    client = kube_api.async_client()
+    cfg = config.WebhookConfig(address="127.0.0.1", port=0, cert_file=str(tmp_path / "tls.crt"),
+                               key_file=str(tmp_path / "tls.key"), check_namespace_labels=True)
+    await certgen(service="unused", namespace="default", ips=["127.0.0.1"],
+                  out_dir=str(tmp_path))
+    server = Server(cfg, client=kube_api.async_client())
+    await server.start()
+    await client.create(MutatingWebhookConfiguration(
+        metadata=ObjectMeta(name="gpuslice-webhook"), webhooks=[MutatingWebhook(
+            name="pods.gpuslice.io", admissionReviewVersions=["v1"], sideEffects="None",
+            failurePolicy="Fail", timeoutSeconds=5,
+            clientConfig=WebhookClientConfig(url=f"https://127.0.0.1:{server.port}/mutate"),
+            rules=[RuleWithOperations(apiGroups=[""], apiVersions=["v1"],
+                                      operations=["CREATE"], resources=["pods"])],
+            namespaceSelector=OPT_OUT, objectSelector=OPT_OUT)]))
+    done = await certgen(service="unused", namespace="default", ips=["127.0.0.1"],
+                         out_dir=str(tmp_path), webhook_config="gpuslice-webhook",
+                         client=client)
+    assert done[1].endswith("updated (1 webhook)")
+    for _ in range(100):  # kube-apiserver picks up new webhook configurations within ~1 s
+        probe = await client.create(gpu_pod("probe", {"nvidia.com/gpu": "1"}), dry_run=True)
+        if (probe.metadata.labels or {}).get("gpuslice.io/managed") == "true":
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail("kube-apiserver never called the webhook")
+    yield client
+    await server.stop()
+    await client.close()
+
+
+async def test_a_gpu_pod_is_stored_as_the_webhook_patched_it(webhook):
+    pod = await webhook.create(gpu_pod("train", {"nvidia.com/gpumem": "4096"}))
+    assert pod.spec.schedulerName == "gpuslice-scheduler"
+    assert pod.metadata.labels["gpuslice.io/managed"] == "true"
+    c = pod.spec.containers[0]
+    assert c.resources.limits == {"nvidia.com/gpumem": "4096", "nvidia.com/gpu": "1"}
+    assert [e.name for e in c.env] == ["GPUSLICE_POD_UID", "GPUSLICE_POD_NAMESPACE",
+                                       "GPUSLICE_POD_NAME", "GPUSLICE_CONTAINER_NAME"]
+
+
+async def test_an_invalid_pod_is_refused_with_every_line(webhook):
+    with pytest.raises(ApiError) as caught:
+        await webhook.create(gpu_pod("bad", {"nvidia.com/gpucores": "150",
+                                             "nvidia.com/gpumem": "4Gi"}))
+    assert caught.value.status.code == 422
+    message = caught.value.status.message
+    assert 'denied the request: container "c": nvidia.com/gpucores=150' in message
+    assert "nvidia.com/gpumem=4Gi" in message
+
+
+async def test_a_namespace_that_opts_out_gets_its_pods_untouched(webhook):
+    await webhook.create(Namespace(metadata=ObjectMeta(
+        name="research", labels={"gpuslice.io/webhook": "disabled"})))
+    pod = await webhook.create(gpu_pod("free", {"nvidia.com/gpumem": "4096"}, "research"))
+    assert pod.spec.schedulerName == "default-scheduler"
+    assert "gpuslice.io/managed" not in (pod.metadata.labels or {})
