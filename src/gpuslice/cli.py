@@ -8,6 +8,7 @@ Tests: tests/unit/test_cli.py
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -29,8 +30,8 @@ def _fail(lines: str | list[str], code: int) -> NoReturn:
 
 def _usage_text(exc: click.ClickException) -> str:
     """Click's message as one of our lines: lower-case start, and where to read more."""
-    text = exc.format_message().rstrip(".")
-    text = text[:1].lower() + text[1:]
+    text = re.sub(r"'([^']{60})[^']{20,}'", r"'\1...'", exc.format_message()).rstrip(".")
+    text = text[:1].lower() + text[1:]  # a huge value given is shown by its start only
     ctx = getattr(exc, "ctx", None)
     return f"{text}; see `{ctx.command_path} --help`" if ctx is not None else text
 

@@ -53,6 +53,8 @@ def test_unknown_command_is_a_usage_error() -> None:
     (["simulate", "--trace", "t.jsonl"], "missing option '--cluster'"),
     (["no-such-command"], "no such command 'no-such-command'; see `gpuslice --help`"),
     (["top", "--no-such-flag"], "no such option '--no-such-flag'"),
+    (["run", "--gpu-compute", "9" * 5000, "--", "true"],
+     "invalid value for '--gpu-compute': '" + "9" * 60 + "...' is not a valid integer"),
 ])
 def test_every_usage_error_is_one_line_and_exit_2(args: list[str], says: str) -> None:
     result = CliRunner().invoke(main, args)
