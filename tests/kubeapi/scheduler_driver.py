@@ -149,6 +149,8 @@ class SchedulerDriver:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._binds:  # let bindings under way finish, as a scheduler shutting down would
+            await asyncio.wait(self._binds, timeout=5)
         for task in [*self._tasks, *self._binds]:
             task.cancel()
         for task in [*self._tasks, *self._binds]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from kubeapi.raw import node_body, pod_body
+from kubeapi.raw import pod_body
 
 POD = "/api/v1/namespaces/default/pods/p"
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+BARE_NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}
 
 
 async def test_a_merge_patch_sets_and_removes_annotations(raw):
@@ -19,7 +20,7 @@ async def test_a_merge_patch_sets_and_removes_annotations(raw):
 
 
 async def test_a_merge_patch_replaces_lists_whole(raw):
-    await raw.create(node_body("n"))
+    await raw.create(BARE_NODE)
     path = "/api/v1/nodes/n/status"
     await raw.call("PATCH", path, {"status": {"conditions": [
         {"type": "A", "status": "True"}, {"type": "B", "status": "True"}]}}, MERGE)
@@ -49,7 +50,7 @@ async def test_a_strategic_patch_merges_containers_by_name(raw):
 
 
 async def test_a_strategic_status_patch_merges_conditions_by_type(raw):
-    await raw.create(node_body("n"))
+    await raw.create(BARE_NODE)
     path = "/api/v1/nodes/n/status"
     ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
     pressure = {"type": "MemoryPressure", "status": "False"}
@@ -63,7 +64,7 @@ async def test_a_strategic_status_patch_merges_conditions_by_type(raw):
 
 
 async def test_a_strategic_patch_can_delete_one_list_element(raw):
-    await raw.create(node_body("n"))
+    await raw.create(BARE_NODE)
     path = "/api/v1/nodes/n/status"
     await raw.call("PATCH", path, {"status": {"conditions": [
         {"type": "A", "status": "True"}, {"type": "B", "status": "True"}]}}, STRATEGIC)
