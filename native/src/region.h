@@ -65,9 +65,9 @@ void gs_region_release_self(void);
  * by init(map, arg) under a temporary name, then linked into place) if missing. Refuses symlinks,
  * non-regular files, other sizes, modes other than 0666 and, when owner_checked, owners other
  * than root, this user or the directory's owner. Returns the MAP_SHARED mapping, or NULL with the
- * reason in why. *created: 1 if this call created it; *fd_out (if not NULL) keeps the fd open. */
+ * reason in why. *created: 1 if this call created it. */
 void *gs_shared_file_map(const char *path, size_t size, int owner_checked, void (*init)(void *, const void *),
-                         const void *arg, char *why, size_t len, int *created, int *fd_out);
+                         const void *arg, char *why, size_t len, int *created);
 /* region/guard.c: a SIGBUS inside [map, map + size) (the file was truncated) swaps the mapping
  * for private zero pages and sets *broken to 1. */
 void gs_guard_add(void *map, size_t size, int *broken);

@@ -167,7 +167,7 @@ static struct gs_board *gs_compute_board(int dev)
     char why[320];
     int created;
     struct gs_board *map = gs_shared_file_map(path, sizeof(struct gs_board), 0, gs_board_init, NULL, why,
-                                              sizeof why, &created, NULL);
+                                              sizeof why, &created);
     if (map == NULL || gs_board_format(map) != 0) {
         GS_LOG_ONCE(GS_LOG_WARN, "compute: board %s: %s; check GPUSLICE_BOARD_DIR is a writable shared "
                     "directory; hard mode", path, map ? "not a gpuslice board" : why);
@@ -241,6 +241,24 @@ struct gs_cmeter *gs_compute_current(void)
     }
     last = found;
     return found;
+}
+
+/* A fork child has fresh locks (a thread of the parent may have held one at fork() and does not
+ * exist in the child) and a board identity of its own. Async-signal-safe calls only. */
+static void gs_compute_fork_child(void)
+{
+    gs_c.mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    if (gs_c.token)
+        gs_c.token = gs_compute_random();
+    for (struct gs_cmeter *cm = gs_c.meters; cm; cm = cm->next) {
+        cm->mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+        gs_board_client_forked(&cm->board, gs_c.token, (int)getpid());
+    }
+}
+
+__attribute__((constructor)) static void gs_compute_fork_register(void)
+{
+    pthread_atfork(NULL, NULL, gs_compute_fork_child);
 }
 
 __attribute__((destructor)) static void gs_compute_fini(void)

@@ -83,8 +83,6 @@ static int gs_file_create(const char *path, size_t size, void (*init)(void *, co
         goto out;
     }
     init(map, arg);
-    if (msync(map, size, MS_SYNC) != 0) { /* nothing to do on failure: the pages are shared anyway */
-    }
     if (link(tmp, path) == 0) rc = 1;
     else if (errno == EEXIST) rc = 0;
     else snprintf(why, len, "link %s -> %s: %s", tmp, path, strerror(errno));
@@ -96,7 +94,7 @@ out:
 }
 
 void *gs_shared_file_map(const char *path, size_t size, int owner_checked, void (*init)(void *, const void *),
-                         const void *arg, char *why, size_t len, int *created, int *fd_out)
+                         const void *arg, char *why, size_t len, int *created)
 {
     *created = 0;
     for (int attempt = 0; attempt < 3; attempt++) {
@@ -116,8 +114,7 @@ void *gs_shared_file_map(const char *path, size_t size, int owner_checked, void 
             map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
             if (map == MAP_FAILED) snprintf(why, len, "mmap: %s", strerror(errno));
         }
-        if (map == MAP_FAILED || fd_out == NULL) close(fd);
-        else *fd_out = fd;
+        close(fd); /* the mapping keeps the file */
         return map == MAP_FAILED ? NULL : map;
     }
     snprintf(why, len, "the file keeps disappearing while it is opened");

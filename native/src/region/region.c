@@ -110,7 +110,7 @@ int gs_region_open(const struct gs_config *cfg)
     char why[320];
     int created = 0;
     struct gs_region_header *h =
-        gs_shared_file_map(path, GS_REGION_SIZE, 1, gs_region_fill, cfg, why, sizeof why, &created, NULL);
+        gs_shared_file_map(path, GS_REGION_SIZE, 1, gs_region_fill, cfg, why, sizeof why, &created);
     if (h == NULL) {
         GS_ERROR("region %s: %s; CUDA is refused in this process (the cap must be shared, never private); fix or "
                  "remove the file, or set CUDA_DEVICE_MEMORY_SHARED_CACHE to a path in a directory of this container",
