@@ -28,10 +28,10 @@ from .store import Store
 T = TypeVar("T")
 
 
-def _listen() -> socket.socket:
+def _listen(port: int = 0) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     return sock
 
 
@@ -40,7 +40,7 @@ class KubeApiServer:
 
     def __init__(self, workdir: Path | None = None, *, history: int = 1000,
                  bookmark_interval: float = 1.0, watch_timeout: float = 1800.0,
-                 pki: Pki | None = None) -> None:
+                 pki: Pki | None = None, https_port: int = 0) -> None:
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="kubeapi-")
         self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
         self.pki = pki or make_pki()
@@ -51,7 +51,7 @@ class KubeApiServer:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._api: ApiApp | None = None
-        self._https, self._http = _listen(), _listen()
+        self._https, self._http = _listen(https_port), _listen()
         self.url = f"https://127.0.0.1:{self._https.getsockname()[1]}"
         self.http_url = f"http://127.0.0.1:{self._http.getsockname()[1]}"
         self.kubeconfig = write_kubeconfig(self.workdir / "kubeconfig", self.url, self.pki)
