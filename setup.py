@@ -62,26 +62,26 @@ class BuildWithNative(build_py):
     def run(self) -> None:
         super().run()
         inc = cuda_include()
-        target = Path(self.build_lib) / "gpuslice" / "_native"
+        editable = getattr(self, "editable_mode", False)
+        # where gpuslice.shim looks: the wheel's package, or the checkout's for an editable install
+        target = (ROOT / "src" if editable else Path(self.build_lib)) / "gpuslice" / "_native"
+        target.mkdir(parents=True, exist_ok=True)
+        for stale in (SKIPPED_NOTE, "libgpuslice.so"):  # left in build/ by an earlier build
+            (target / stale).unlink(missing_ok=True)
         why = missing_tools(inc)
         if why is not None:
             if RELEASE:
                 sys.exit(f"gpuslice release build: {why}")
-            line = (f"gpuslice: libgpuslice.so not built: {why}; everything else works; to build "
-                    "it: `make -C native CUDA_HOME=/path/to/cuda`, then reinstall (an editable "
-                    "install finds native/build/ at once)")
-            print(line, file=sys.stderr, flush=True)
-            if not getattr(self, "editable_mode", False):
-                target.mkdir(parents=True, exist_ok=True)
-                (target / SKIPPED_NOTE).write_text(why + "\n")
+            print(f"gpuslice: libgpuslice.so not built: {why}; everything else works; to build it: "
+                  "`make -C native CUDA_HOME=/path/to/cuda`, then reinstall (an editable install "
+                  "finds native/build/ at once)", file=sys.stderr, flush=True)
+            (target / SKIPPED_NOTE).write_text(why + "\n")
             return
         zig = f"{sys.executable} -m ziglang" if RELEASE else ""  # empty: the host cc
         subprocess.run(["make", "-C", str(ROOT / "native"), f"ZIG={zig}",
                         f"CUDA_INCLUDE={inc}"], check=True)
-        if getattr(self, "editable_mode", False):
-            return  # the checkout's native/build/ is where an editable install looks
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / "native" / "build" / "libgpuslice.so", target / "libgpuslice.so")
+        if not editable:  # an editable install uses the checkout's native/build/ directly
+            shutil.copy2(ROOT / "native" / "build" / "libgpuslice.so", target / "libgpuslice.so")
 
 
 commands: dict[str, type] = {"build_py": BuildWithNative}
