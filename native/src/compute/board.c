@@ -103,6 +103,14 @@ struct gs_meter_others gs_board_tick(struct gs_board_client *c, int64_t now, uin
     return c->others;
 }
 
+void gs_board_client_forked(struct gs_board_client *c, uint64_t token, int pid)
+{
+    c->token = token;
+    c->pid = pid;
+    c->slot = -1;
+    c->last_beat = c->last_read = INT64_MIN / 2;
+}
+
 void gs_board_leave(struct gs_board_client *c)
 {
     if (c->board && c->slot >= 0) {

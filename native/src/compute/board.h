@@ -61,6 +61,9 @@ void gs_board_client_init(struct gs_board_client *c, struct gs_board *board, uin
 /* Call at every launch/wait (demand = 1) with this process's charged GPU ns so far.
  * Returns the cached view of others' demand. */
 struct gs_meter_others gs_board_tick(struct gs_board_client *c, int64_t now, uint64_t busy_ns);
+/* In a fork child: another process, with its own token and pid; it claims a slot of its own
+ * (the parent keeps the one it holds). */
+void gs_board_client_forked(struct gs_board_client *c, uint64_t token, int pid);
 /* Process exit: free the slot. */
 void gs_board_leave(struct gs_board_client *c);
 /* Initialise a zero-filled board (idempotent); returns 0, or -1 if it holds something else. */

@@ -183,6 +183,18 @@ static struct gs_track_node *gs_track_table[GS_TRACK_BUCKETS];
 static struct gs_track_node *gs_track_free_list;
 static pthread_mutex_t gs_track_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* A fork copies the lock as held if another thread held it; that thread does not exist in the
+ * child, so the child starts with a fresh lock (the table keeps the parent's entries). */
+static void gs_track_fork_child(void)
+{
+    gs_track_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+}
+
+__attribute__((constructor)) static void gs_track_fork_register(void)
+{
+    pthread_atfork(NULL, NULL, gs_track_fork_child);
+}
+
 static unsigned gs_track_hash(int kind, uint64_t key)
 {
     uint64_t h = (key ^ ((uint64_t)kind << 56)) * 0x9e3779b97f4a7c15ull;

@@ -23,6 +23,18 @@ static int gs_primary_refs[GS_MAX_ORDINALS];
 static uint64_t gs_primary_charge[GS_MAX_ORDINALS];
 static pthread_mutex_t gs_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Held across context creation, the slowest driver call: a fork child gets a fresh lock, not one
+ * its parent's other thread held at fork() (that thread does not exist in the child). */
+static void gs_ctx_fork_child(void)
+{
+    gs_ctx_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+}
+
+__attribute__((constructor)) static void gs_ctx_fork_register(void)
+{
+    pthread_atfork(NULL, NULL, gs_ctx_fork_child);
+}
+
 static void gs_ctx_reconcile_resume(void); /* driver overhead, below */
 
 static int gs_ctx_dev_ok(CUdevice dev)

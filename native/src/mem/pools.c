@@ -19,6 +19,18 @@
 
 static pthread_mutex_t gs_pool_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP; /* refusals re-read pools */
 
+/* Held across pool allocations: a fork child gets a fresh lock, not one its parent's other thread
+ * held at fork() (that thread does not exist in the child). */
+static void gs_pool_fork_child(void)
+{
+    gs_pool_lock = (pthread_mutex_t)PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+}
+
+__attribute__((constructor)) static void gs_pool_fork_register(void)
+{
+    pthread_atfork(NULL, NULL, gs_pool_fork_child);
+}
+
 /* Pools this process allocated from, with the bytes charged for each (under gs_pool_lock). */
 struct gs_pool_entry {
     CUmemoryPool pool;

@@ -32,6 +32,17 @@ static int gs_nranges;
 static struct sigaction gs_old_bus;
 static pthread_mutex_t gs_guard_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* a fork child gets a fresh lock, not one its parent's other thread held at fork() */
+static void gs_guard_fork_child(void)
+{
+    gs_guard_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+}
+
+__attribute__((constructor)) static void gs_guard_fork_register(void)
+{
+    pthread_atfork(NULL, NULL, gs_guard_fork_child);
+}
+
 static const char gs_guard_msg[] =
     "gpuslice: a shared file (region or compute board) was truncated by another process; this "
     "process no longer shares its cap and refuses further allocations; recreate the file\n";
