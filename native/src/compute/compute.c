@@ -167,7 +167,7 @@ static struct gs_board *gs_compute_board(int dev)
     char why[320];
     int created;
     struct gs_board *map = gs_shared_file_map(path, sizeof(struct gs_board), 0, gs_board_init, NULL, why,
-                                              sizeof why, &created, NULL);
+                                              sizeof why, &created);
     if (map == NULL || gs_board_format(map) != 0) {
         GS_LOG_ONCE(GS_LOG_WARN, "compute: board %s: %s; check GPUSLICE_BOARD_DIR is a writable shared "
                     "directory; hard mode", path, map ? "not a gpuslice board" : why);
