@@ -24,10 +24,11 @@ from typing import Any
 
 import msgspec
 
-from gpuslice import dialects, handoff
+from gpuslice import codec, dialects, handoff
 from gpuslice.errors import RequestError, brief
 
-__all__ = ["IDENTITY_ENV", "Decision", "Options", "Result", "admit", "pointer"]
+__all__ = ["IDENTITY_ENV", "PLACEMENT_ANNOTATIONS", "Decision", "Options", "Result", "admit",
+           "pointer"]
 
 DEFAULT_SCHEDULER = "default-scheduler"
 IDENTITY_ENV: tuple[tuple[str, str | None], ...] = (
@@ -43,6 +44,10 @@ IDENTITY_ENV: tuple[tuple[str, str | None], ...] = (
 _AGENT_ENV = re.compile(r"CUDA_DEVICE_MEMORY_LIMIT(_\d+)?|CUDA_DEVICE_MEMORY_SHARED_CACHE|"
                         r"CUDA_DEVICE_SM_LIMIT|CUDA_TASK_PRIORITY|NVIDIA_VISIBLE_DEVICES|"
                         r"GPUSLICE_(?!POD_UID$|POD_NAMESPACE$|POD_NAME$|CONTAINER_NAME$)\w*")
+# Written by the extender at bind and the node agent at Allocate: the node agent trusts them, so
+# a pod must not arrive with them (or with spec.nodeName, which skips the extender).
+PLACEMENT_ANNOTATIONS = (codec.ASSIGNMENT_ANNOTATION, handoff.BOUND_AT, handoff.ALLOCATED)
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # a static pod: the kubelet runs it as written
 _MAX_PROBLEMS, _MAX_LINE = 50, 300  # a denial stays readable however bad the pod is
 
 
@@ -118,6 +123,9 @@ def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | Non
         return Decision(result=Result.SKIPPED, why=f"pod labelled {key}={value}")
     if not dialects.is_gpu_pod(pod):
         return Decision(result=Result.ALLOWED, why="no slice request")
+    annotations = meta.get("annotations")
+    if isinstance(annotations, Mapping) and MIRROR_ANNOTATION in annotations:
+        return Decision(result=Result.ALLOWED, why="mirror pod of a static pod")
     spec = pod.get("spec")
     scheduler = spec.get("schedulerName") if isinstance(spec, Mapping) else None
     if scheduler not in (None, "", DEFAULT_SCHEDULER, options.scheduler_name):
@@ -143,13 +151,24 @@ def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | Non
 
 
 def _tenant_problems(pod: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str]:
-    """What the dialect parser does not check but the patch relies on: a labels map, and env
-    lists in slice containers that do not preset what the node agent sets."""
+    """What the dialect parser does not check: a labels map; no placement gpuslice did not make
+    (annotations only gpuslice writes, spec.nodeName); env lists in slice containers that do
+    not preset what the node agent sets."""
     problems = []
     if meta.get("labels") is not None and not isinstance(meta["labels"], Mapping):
         problems.append(f"pod: metadata.labels={brief(meta['labels'])}: not an object; map "
                         "label names to strings")
+    annotations = meta.get("annotations")
+    for name in PLACEMENT_ANNOTATIONS if isinstance(annotations, Mapping) else ():
+        if name in annotations:  # type: ignore[operator]
+            problems.append(f"pod: annotation {name}: written by gpuslice when it places the "
+                            "pod; remove it")
     spec = pod.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    if node:
+        problems.append(f"pod: spec.nodeName={brief(node)}: a GPU pod must be placed by the "
+                        "gpuslice scheduler, which picks its GPUs; remove spec.nodeName (a "
+                        "nodeSelector can choose the nodes)")
     for key in ("initContainers", "containers"):
         got = spec.get(key) if isinstance(spec, Mapping) else None
         for c in got if isinstance(got, list) else ():

@@ -95,3 +95,39 @@ async def test_a_namespace_that_opts_out_gets_its_pods_untouched(webhook):
     pod = await webhook.create(gpu_pod("free", {"nvidia.com/gpumem": "4096"}, "research"))
     assert pod.spec.schedulerName == "default-scheduler"
     assert "gpuslice.io/managed" not in (pod.metadata.labels or {})
+
+
+async def test_the_documented_policy_keeps_placement_annotations_to_gpuslice(kube_api,
+                                                                               tmp_path):
+    """docs/webhook.md's ValidatingAdmissionPolicy, applied as written: the admin (not a
+    gpuslice service account) cannot add an assignment to a pod after creation."""
+    import re
+    from pathlib import Path
+
+    from lightkube.types import PatchType
+
+    if not kube_api.is_real:
+        pytest.skip("the in-process API server does not evaluate ValidatingAdmissionPolicies")
+    doc = (Path(__file__).parents[3] / "docs" / "webhook.md").read_text()
+    policy = next(b for b in re.findall(r"```yaml\n(.*?)```", doc, re.S)
+                  if "ValidatingAdmissionPolicy" in b)
+    (tmp_path / "policy.yaml").write_text(policy)
+    kube_api.kubectl("apply", "-f", str(tmp_path / "policy.yaml"))
+    client = kube_api.async_client()
+    await client.create(gpu_pod("plain", {"cpu": "1"}))
+    for _ in range(100):  # the policy takes effect after kube-apiserver type-checks it
+        try:
+            await client.patch(Pod, "plain", {"metadata": {"annotations": {
+                "gpuslice.io/assignment": "forged"}}}, namespace="default",
+                patch_type=PatchType.MERGE)
+        except ApiError as exc:
+            assert "written by gpuslice only" in exc.status.message
+            break
+        await client.patch(Pod, "plain", {"metadata": {"annotations": {
+            "gpuslice.io/assignment": None}}}, namespace="default", patch_type=PatchType.MERGE)
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail("the policy never refused the forged annotation")
+    await client.patch(Pod, "plain", {"metadata": {"annotations": {"team": "a"}}},
+                       namespace="default", patch_type=PatchType.MERGE)  # others still allowed
+    await client.close()

@@ -163,3 +163,30 @@ def test_every_patched_pod_is_valid_managed_and_a_fixpoint(pod):
                 assert names[:4] == [n for n, _ in IDENTITY_ENV]
                 assert all(names.count(n) == 1 for n, _ in IDENTITY_ENV)
     assert decide(out).patch == (), "a second admission changes nothing"
+
+
+@pytest.mark.parametrize("name", ["gpuslice.io/assignment", "gpuslice.io/bound-at",
+                                  "gpuslice.io/allocated"])
+def test_a_pod_cannot_arrive_with_a_placement_only_gpuslice_writes(name):
+    """The node agent answers Allocate from these annotations: a forged one would hand the
+    pod GPUs and limits the extender never granted."""
+    pod = gpu_pod(container(limits={"nvidia.com/gpu": "1"}), annotations={name: "forged"})
+    decision = decide(pod)
+    assert decision.result is Result.DENIED
+    assert decision.message == (f"pod: annotation {name}: written by gpuslice when it places "
+                                "the pod; remove it")
+
+
+def test_a_gpu_pod_cannot_skip_the_scheduler_with_node_name():
+    pod = gpu_pod(container(limits={"nvidia.com/gpu": "1"}))
+    pod["spec"]["nodeName"] = "gpu-node-1"
+    assert decide(pod).message.startswith("pod: spec.nodeName='gpu-node-1': a GPU pod must be "
+                                          "placed by the gpuslice scheduler")
+
+
+def test_a_mirror_pod_of_a_static_gpu_pod_is_left_as_the_kubelet_wrote_it():
+    pod = gpu_pod(container(limits={"nvidia.com/gpu": "1"}),
+                  annotations={"kubernetes.io/config.mirror": "abc"})
+    pod["spec"]["nodeName"] = "gpu-node-1"
+    decision = decide(pod)
+    assert decision.result is Result.ALLOWED and decision.patch == ()

@@ -16,13 +16,31 @@ from gpuslice.webhook.config import WebhookConfig, load
 DOC = (Path(__file__).parents[3] / "docs" / "webhook.md").read_text()
 
 
+def _objects() -> list[dict]:
+    blocks = re.findall(r"```yaml\n(.*?)```", DOC, re.S)
+    return [o for block in blocks for o in yaml.safe_load_all(block)]
+
+
 def _manifest() -> dict:
-    (block,) = re.findall(r"```yaml\n(.*?)```", DOC, re.S)
-    return yaml.safe_load(block)
+    (mwc,) = [o for o in _objects() if o["kind"] == "MutatingWebhookConfiguration"]
+    return mwc
 
 
-def test_the_documented_configuration_is_a_valid_kubernetes_object():
-    kubernetes_validate.validate(_manifest(), "1.32.0", strict=True)
+def test_every_documented_object_is_valid_for_kubernetes():
+    kinds = []
+    for obj in _objects():
+        kubernetes_validate.validate(obj, "1.32.0", strict=True)
+        kinds.append(obj["kind"])
+    assert kinds == ["MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                     "ValidatingAdmissionPolicyBinding"]
+
+
+def test_the_admission_policy_guards_every_placement_annotation():
+    from gpuslice.webhook.admit import PLACEMENT_ANNOTATIONS
+
+    (policy,) = [o for o in _objects() if o["kind"] == "ValidatingAdmissionPolicy"]
+    expression = policy["spec"]["validations"][0]["expression"]
+    assert all(f"'{name}'" in expression for name in PLACEMENT_ANNOTATIONS)
 
 
 def test_its_selectors_opt_out_with_the_default_label_and_only_pod_creates_are_sent():
