@@ -211,10 +211,10 @@ class ControlPlane:
             ValidatingWebhookConfiguration,
         )
         from lightkube.resources.coordination_v1 import Lease
-        from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Node, Pod
+        from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Node, Pod, Secret
 
         client = Client(config=KubeConfig.from_file(self.kubeconfig))
-        for res in (Pod, Event, Lease, ConfigMap):
+        for res in (Pod, Event, Lease, ConfigMap, Secret):
             for obj in client.list(res, namespace="*"):
                 ns, name = obj.metadata.namespace, obj.metadata.name
                 if res is not Pod and (ns == "kube-system" or name.startswith("apiserver-")

@@ -11,6 +11,7 @@ Tests: tests/integration/kubeapi/test_pod_rules_match_the_real_server.py"""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from datetime import UTC, datetime
@@ -46,6 +47,8 @@ DEFAULT_TOLERATIONS = [
 
 def default(rt: ResourceType, obj: Obj) -> Obj:
     """Scheme defaults, applied to every object the server decodes (create and update)."""
+    if rt.kind == "Secret":
+        return {"type": "Opaque", **obj}
     if rt.kind != "Pod":
         return obj
     spec = dict(obj.get("spec") or {})
@@ -111,6 +114,8 @@ def validate(rt: ResourceType, obj: Obj) -> None:
     causes: list[Cause] = _validate_meta(rt, meta)
     if rt.kind == "Pod":
         causes += _validate_pod_spec(obj.get("spec"))
+    if rt.kind == "Secret":
+        causes += _validate_secret_data(obj.get("data") or {})
     if causes:
         raise errors.invalid(rt, name, causes)
 
@@ -160,6 +165,17 @@ def _qualified_name(key: Any) -> bool:
     if prefix and (len(prefix) > 253 or not _SUBDOMAIN.match(prefix)):
         return False
     return 0 < len(name) <= 63 and bool(_NAME.match(name))
+
+
+def _validate_secret_data(data: Obj) -> list[Cause]:
+    causes: list[Cause] = []
+    for key, value in data.items():
+        try:
+            base64.b64decode(str(value), validate=True)
+        except ValueError:
+            causes.append((f"data[{key}]", "FieldValueInvalid",
+                           "Invalid value: illegal base64 data"))
+    return causes
 
 
 def _validate_pod_spec(spec: Any) -> list[Cause]:

@@ -46,6 +46,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "namespaces", "Namespace", False, ("status",), ("ns",)),
     ResourceType("", "v1", "events", "Event", True, (), ("ev",)),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, (), ("cm",)),
+    ResourceType("", "v1", "secrets", "Secret", True),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, (), ("ev",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
     ResourceType(
