@@ -30,8 +30,8 @@ from pods import NODE, container, pod
 from gpuslice import codec, model
 from gpuslice.node import allocate as alloc
 from gpuslice.node import regions
-from gpuslice.node.agent import install_library
 from gpuslice.node.exporter import AgentMetrics, UsageCollector
+from gpuslice.node.install import install_library
 from gpuslice.node.inventory import node_gpus
 from gpuslice.node.nvml import NvmlBackend
 from gpuslice.node.settings import WatchdogConfig, load

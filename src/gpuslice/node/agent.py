@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import shutil
 import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -38,6 +36,7 @@ from gpuslice.node import regions, verify
 from gpuslice.node.cluster import Cluster
 from gpuslice.node.exporter import AgentMetrics, UsageCollector
 from gpuslice.node.health import Health
+from gpuslice.node.install import install_library
 from gpuslice.node.inventory import Inventory
 from gpuslice.node.kubelet import KubeletLink
 from gpuslice.node.nvml import GPUBackend
@@ -45,25 +44,9 @@ from gpuslice.node.plugin import DevicePlugin
 from gpuslice.node.settings import NodeConfig
 from gpuslice.node.watchdog import Violation, Watchdog
 
-__all__ = ["Agent", "install_library", "run"]
+__all__ = ["Agent", "run"]
 
 log = logging.getLogger(__name__)
-
-
-def install_library(source: Path, state_dir: Path, container_path: str) -> tuple[Path, Path]:
-    """Copy the library to <state-dir>/lib (atomically: containers may be starting) and write
-    the ld.so.preload that loads it; returns (library, preload) host paths."""
-    lib_dir = state_dir / "lib"
-    lib_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(lib_dir, 0o755)
-    lib, preload = lib_dir / "libgpuslice.so", lib_dir / "ld.so.preload"
-    for target, write in ((lib, lambda t: shutil.copyfile(source, t)),
-                          (preload, lambda t: t.write_text(container_path + "\n"))):
-        tmp = target.with_name(f".{target.name}.{os.getpid()}")
-        write(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    return lib, preload
 
 
 class Agent:
