@@ -7,6 +7,7 @@ Modules, in the order to read them:
   app.py         aiohttp routes: POST /mutate, /healthz, /readyz, /metrics
   namespaces.py  namespace labels for the in-code opt-out check (lightkube, cached)
   tls.py         serving certificate from files, reloaded when they change
+  metrics.py     Prometheus metrics (admission latency, requests by result, certificate)
   command.py     `gpuslice webhook`: config, logging, TLS, run the server
   certs.py       CA + serving certificate: make, check, read and write PEM files
   certgen.py     `gpuslice certgen`: files or a Secret, and the caBundle (lightkube)

@@ -76,9 +76,9 @@ def _reply(uid: str, d: Decision) -> bytes:
 
 
 def _log(req: review.Request, d: Decision) -> None:
-    obj = req.object if isinstance(req.object, Mapping) else {}
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-    name = req.name or meta.get("name") or meta.get("generateName") or ""  # type: ignore[union-attr]
+    meta = req.object.get("metadata") if isinstance(req.object, Mapping) else None
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = req.name or meta.get("name") or meta.get("generateName") or ""
     level = logging.DEBUG if d.result is Result.ALLOWED else logging.INFO
     log.log(level, "%s %s/%s: %s", d.result.value, req.namespace, name, d.why,
             extra={"pod": f"{req.namespace}/{name}", "uid": req.uid, "result": d.result.value,

@@ -7,7 +7,7 @@ namespaceSelector, which keeps opted-out namespaces from reaching the webhook at
 Failure: when the lookup fails (API down, RBAC, timeout) `get` returns None, logs a warning
 and counts it: admission then relies on the selector alone rather than failing pods.
 RBAC: get on namespaces.
-Tests: tests/unit/webhook/test_namespaces.py, tests/integration/webhook/test_certgen_*.py
+Tests: tests/unit/webhook/test_namespaces.py, tests/integration/webhook/test_webhook_over_https.py
 """
 
 from __future__ import annotations
