@@ -4,8 +4,9 @@ Owns: turning a request body into admit's inputs and its decision into the Admis
 reply; one JSON log line per acted-on pod; the request metrics.
 Does not: decide (admit.py), encode the wire (review.py), or listen and serve TLS (command.py).
 Failure: a body that is not an AdmissionReview -> 400 with a one-line reason (never a
-traceback); a bug inside admit -> 500, logged with the traceback, so kube-apiserver applies
-the configuration's failurePolicy. Namespace lookups only happen for GPU pods being created.
+traceback), over MAX_BODY -> 413; a bug inside admit -> 500, logged with the traceback, so
+kube-apiserver applies the configuration's failurePolicy. Namespace lookups only happen for
+GPU pods being created.
 Tests: tests/integration/webhook/test_webhook_over_https.py
 """
 
@@ -45,9 +46,11 @@ def make_app(options: Options, metrics: Metrics, *, ready: Callable[[], str | No
         start = time.perf_counter()
         try:
             req = review.decode(await request.read())
-        except review.ReviewError as exc:
+        except (review.ReviewError, web.HTTPRequestEntityTooLarge) as exc:
             metrics.observe(Result.ERROR, time.perf_counter() - start)
             log.warning("rejected a malformed admission request: %s", exc)
+            if isinstance(exc, web.HTTPException):
+                raise
             return web.Response(status=400, text=f"{exc}\n")
         try:
             decision = admit(req.operation, req.object, await lookup(req), options,

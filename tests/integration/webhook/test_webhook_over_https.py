@@ -158,3 +158,11 @@ async def test_a_namespace_labelled_to_opt_out_is_skipped_when_its_selector_fail
     assert "patch" in json.loads(unknown)["response"], (
         "a failed lookup falls back to the selector instead of failing the pod")
     assert server.metrics.namespace_lookup_errors._value.get() == 1
+
+
+async def test_a_body_over_the_limit_is_refused_with_413_and_counted(webhook, tls_dir):
+    from gpuslice.webhook.app import MAX_BODY
+
+    status, _ = await post(webhook, tls_dir, b" " * (MAX_BODY + 1))
+    assert status == 413
+    assert webhook.metrics.requests.labels("error")._value.get() == 1
