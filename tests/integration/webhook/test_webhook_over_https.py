@@ -166,3 +166,15 @@ async def test_a_body_over_the_limit_is_refused_with_413_and_counted(webhook, tl
     status, _ = await post(webhook, tls_dir, b" " * (MAX_BODY + 1))
     assert status == 413
     assert webhook.metrics.requests.labels("error")._value.get() == 1
+
+
+async def test_a_bug_in_the_decision_is_a_500_so_the_failure_policy_applies(
+        webhook, tls_dir, monkeypatch, caplog):
+    def broken(*_, **__):
+        raise KeyError("bug")
+
+    monkeypatch.setattr("gpuslice.webhook.app.admit", broken)
+    status, body = await post(webhook, tls_dir, GPU_SAMPLE)
+    assert status == 500 and b"Traceback" not in body
+    assert "admission of default/wh-1 failed" in caplog.text
+    assert webhook.metrics.requests.labels("error")._value.get() == 1
