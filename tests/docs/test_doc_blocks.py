@@ -6,21 +6,19 @@ Each block says what to do with an HTML comment on the line before its fence:
 `<!-- docs-test: run -->`, or `<!-- docs-test: skip: WHY -->` for what cannot run here (a GPU,
 a cluster, the whole test suite). Blocks of pages this test does not own are listed in
 ELSEWHERE instead; an unmarked block is skipped, saying so, and on the pages of OWNED it fails.
-pip runs offline in the sandbox (no build isolation, no dependencies: they come from the
-environment the tests run in), so `pip install .` is the real build without the network.
+The sandbox is conftest.py's.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow  # pip installs and whole simulations: about a minute
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -85,32 +83,6 @@ def _commands(block: Block) -> list[tuple[str, list[str]]]:
         elif out:
             out[-1][1].append(line)
     return out
-
-
-@pytest.fixture(scope="session")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """A copy of the checkout's tracked files and a virtual environment that sees the installed
-    dependencies, with gpuslice installed from the copy (the laptop case: no CUDA headers)."""
-    base = tmp_path_factory.mktemp("docs")
-    tree = base / "gpuslice"
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
-                           check=True).stdout.decode().split("\0")
-    for name in filter(None, files):
-        src = ROOT / name
-        if src.is_file():
-            (tree / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, tree / name)
-    venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
-                    str(venv)], check=True)
-    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
-           "VIRTUAL_ENV": str(venv), "CUDA_HOME": "/nonexistent", "PIP_NO_BUILD_ISOLATION": "0",
-           "PIP_NO_DEPS": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    for k in ("CUDA_INCLUDE", "GPUSLICE_LIBRARY", "PYTHONPATH", "FORCE_COLOR", "NO_COLOR",
-              "COLUMNS", "LINES", "TTY_COMPATIBLE"):  # the table as a pipe gets it, 80 wide
-        env.pop(k, None)
-    subprocess.run(["python3", "-m", "pip", "install", "-q", "."], cwd=tree, env=env, check=True)
-    return tree, env
 
 
 _ran: dict[str, subprocess.CompletedProcess[str]] = {}  # same command, same output: run once
