@@ -1,0 +1,180 @@
+"""kube/cache.py: list, then watch from the list's version; bookmarks; the view never goes back."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kube_helpers import (
+    RecordingBackoff,
+    ScriptedAPI,
+    bookmark,
+    event,
+    mock_client,
+    pod,
+    run_until_idle,
+)
+from lightkube.resources.core_v1 import Node, Pod
+
+from gpuslice.kube.cache import Change, Informer, newer
+
+
+def changes_of(informer_changes: list[Change]) -> list[tuple[str, str, str | None]]:
+    """(type, key, resourceVersion of the new object, or of the old one for DELETED)."""
+    out = []
+    for c in informer_changes:
+        obj = c.new if c.new is not None else c.old
+        out.append((c.type, c.key, obj["metadata"]["resourceVersion"] if obj else None))
+    return out
+
+
+async def run_informer(api: ScriptedAPI, **kwargs) -> tuple[Informer, list]:
+    seen: list[Change] = []
+    async with mock_client(api) as client:
+        informer = Informer(client, Pod, handler=seen.append, backoff=RecordingBackoff(),
+                            **kwargs)
+        await run_until_idle(informer, api)
+    return informer, seen
+
+
+async def test_it_lists_then_watches_from_the_lists_version_with_bookmarks_and_selectors():
+    api = ScriptedAPI(lists=[([pod("a", 3), pod("b", 5)], 10)],
+                      watches=[[event("MODIFIED", pod("a", 11)), event("ADDED", pod("c", 12)),
+                                event("DELETED", pod("b", 13))]])
+    informer, seen = await run_informer(api, labels={"gpuslice.io/managed": "true"},
+                                        fields={"spec.nodeName": "gpu-1"})
+    assert changes_of(seen) == [("ADDED", "ml/a", "3"), ("ADDED", "ml/b", "5"),
+                                ("MODIFIED", "ml/a", "11"), ("ADDED", "ml/c", "12"),
+                                ("DELETED", "ml/b", "5")]
+    assert seen[2].old["metadata"]["resourceVersion"] == "3", "MODIFIED carries the old object"
+    assert sorted(informer.store) == ["ml/a", "ml/c"] and informer.synced.is_set()
+    assert informer.resource_version == "13"
+    listing, watch, _idle = api.requests
+    assert listing.url.path == "/api/v1/pods", "namespace=None watches every namespace"
+    assert watch.url.params["resourceVersion"] == "10"
+    assert watch.url.params["allowWatchBookmarks"] == "true"
+    assert watch.url.params["labelSelector"] == "gpuslice.io/managed=true"
+    assert watch.url.params["fieldSelector"] == "spec.nodeName=gpu-1"
+    assert int(watch.url.params["timeoutSeconds"]) > 0, "the server ends every watch in time"
+
+
+async def test_a_bookmark_moves_the_resume_point_without_a_change():
+    api = ScriptedAPI(lists=[([pod("a", 3)], 10)],
+                      watches=[[event("MODIFIED", pod("a", 11)), bookmark(40)], []])
+    _informer, seen = await run_informer(api)
+    assert len(seen) == 2
+    assert api.watch_versions == ["10", "40", "40"], "the next watch resumes at the bookmark"
+
+
+async def test_duplicate_and_reordered_events_never_move_the_view_backwards():
+    api = ScriptedAPI(lists=[([pod("a", 3)], 10)], watches=[[
+        event("MODIFIED", pod("a", 12)),
+        event("MODIFIED", pod("a", 11)),   # re-ordered: older than what was delivered
+        event("MODIFIED", pod("a", 12)),   # duplicate
+        event("ADDED", pod("a", 3)),       # a replay of the list
+        event("DELETED", pod("a", 14)),
+        event("MODIFIED", pod("a", 13)),   # late: must not bring the deleted pod back
+        event("DELETED", pod("a", 14)),    # duplicate delete
+        event("ADDED", pod("a", 20, uid="uid-new")),  # a new pod with the same name
+    ]])
+    informer, seen = await run_informer(api)
+    assert changes_of(seen) == [("ADDED", "ml/a", "3"), ("MODIFIED", "ml/a", "12"),
+                                ("DELETED", "ml/a", "12"), ("ADDED", "ml/a", "20")]
+    assert informer.store["ml/a"]["metadata"]["uid"] == "uid-new"
+
+
+async def test_a_delete_of_an_object_never_seen_is_not_delivered_but_blocks_late_adds():
+    api = ScriptedAPI(lists=[([], 10)], watches=[[
+        event("DELETED", pod("x", 15)), event("ADDED", pod("x", 12))]])
+    informer, seen = await run_informer(api)
+    assert seen == [] and informer.store == {}
+
+
+async def test_trim_keeps_only_what_the_caller_needs_and_async_handlers_are_awaited():
+    handled: list[str] = []
+
+    async def handler(change):
+        await asyncio.sleep(0)
+        handled.append(f"{change.type} {change.key} {change.new}")
+
+    api = ScriptedAPI(lists=[([pod("a", 3, spec={"nodeName": "gpu-1"})], 10)], watches=[])
+    async with mock_client(api) as client:
+        informer = Informer(client, Pod, handler=handler,
+                            trim=lambda o: o.get("spec", {}).get("nodeName"))
+        await informer.run(_iterations=1)
+    assert informer.store == {"ml/a": "gpu-1"}
+    assert handled == ["ADDED ml/a gpu-1"]
+
+
+async def test_a_failing_handler_or_trimmer_is_logged_and_the_informer_goes_on(caplog):
+    def trim(obj):
+        if obj["metadata"]["name"] == "bad":
+            raise ValueError("garbage annotation")
+        return obj
+
+    def handler(change):
+        if change.key == "ml/boom":
+            raise RuntimeError("handler bug")
+
+    api = ScriptedAPI(lists=[([pod("bad", 1), pod("boom", 2), pod("ok", 3)], 10)], watches=[])
+    async with mock_client(api) as client:
+        informer = Informer(client, Pod, handler=handler, trim=trim)
+        await informer.run(_iterations=1)
+    assert sorted(informer.store) == ["ml/boom", "ml/ok"]
+    assert "trim of pods ml/bad failed" in caplog.text
+    assert "handler of pods failed on ADDED ml/boom" in caplog.text
+
+
+async def test_malformed_and_unknown_events_are_skipped(caplog):
+    api = ScriptedAPI(lists=[([], 10)], watches=[[
+        {"type": "ADDED"}, {"type": "ADDED", "object": {"metadata": "x"}}, ["not", "a", "dict"],
+        event("SURPRISE", pod("a", 11)), event("ADDED", pod("b", 12))]])
+    _informer, seen = await run_informer(api)
+    assert [c.key for c in seen] == ["ml/b"]
+    assert caplog.text.count("skipped") == 4
+
+
+async def test_a_paged_list_is_read_whole_before_synced():
+    items = [pod(f"p{i}", i + 1) for i in range(5)]
+    api = ScriptedAPI(lists=[(items, 10)], watches=[])
+    informer, _seen = await run_informer(api, page_size=2)
+    assert len(informer.store) == 5 and informer.synced.is_set()
+    assert [r.url.params.get("limit") for r in api.requests] == ["2", "2", "2", None]
+
+
+async def test_stop_ends_a_running_informer():
+    api = ScriptedAPI(lists=[([pod("a", 1)], 10)], watches=[])  # the watch then stays open
+    async with mock_client(api) as client:
+        informer = Informer(client, Pod)
+        task = asyncio.create_task(informer.run())
+        await asyncio.wait_for(informer.synced.wait(), 5)
+        await asyncio.sleep(0.01)
+        informer.stop()
+        await asyncio.wait_for(task, 5)
+    assert task.exception() is None
+
+
+async def test_cluster_scoped_objects_are_keyed_by_name():
+    node = {"kind": "Node", "metadata": {"name": "gpu-1", "resourceVersion": "4", "uid": "n"}}
+    api = ScriptedAPI(lists=[([node], 10)], watches=[])
+    async with mock_client(api) as client:
+        informer = Informer(client, Node)
+        await informer.run(_iterations=1)
+    assert list(informer.store) == ["gpu-1"]
+    assert api.requests[0].url.path == "/api/v1/nodes"
+
+
+async def test_a_namespace_limits_the_informer_to_it():
+    api = ScriptedAPI(lists=[([], 10)], watches=[[]])
+    async with mock_client(api) as client:
+        await Informer(client, Pod, namespace="ml", backoff=RecordingBackoff()).run(_iterations=2)
+    assert {r.url.path for r in api.requests} == {"/api/v1/namespaces/ml/pods"}
+
+
+@pytest.mark.parametrize(("candidate", "held", "expected"), [
+    ("12", None, True), ("12", "11", True), ("11", "12", False), ("12", "12", False),
+    ("100", "99", True),  # numbers, not strings: "100" < "99" as text
+    ("abc", "12", True), ("12", "abc", True),  # opaque versions: always delivered
+])
+def test_resource_versions_compare_as_integers_when_both_are(candidate, held, expected):
+    assert newer(candidate, held) is expected
