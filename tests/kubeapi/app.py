@@ -19,6 +19,7 @@ import yaml
 from aiohttp import web
 
 from . import errors, resources, tables
+from .admission import Admission
 from .errors import ApiProblem
 from .faults import DUPLICATE_EVENTS, REORDERED_EVENTS, Faults
 from .resources import BY_PATH, ResourceType
@@ -66,6 +67,7 @@ class ApiApp:
                  watch_timeout: float) -> None:
         self.store = store
         self.faults = faults
+        self.admission = Admission(store)
         self.bookmark_interval = bookmark_interval
         self.watch_timeout = watch_timeout
         self.requests: deque[RequestRecord] = deque(maxlen=20000)
@@ -185,8 +187,14 @@ class ApiApp:
                 body = await _body(request)
                 _check_kind(t.rt, body)
                 _check_namespace(t, body)
+                body, warnings = await self.admission.create(
+                    t.rt, t.namespace, store.admission_view(t.rt, t.namespace, body, manager),
+                    manager=manager, dry_run=dry_run)
                 obj = store.create(t.rt, t.namespace, body, manager=manager, dry_run=dry_run)
-                return reply(obj, 201)
+                response = reply(obj, 201)
+                for warning in warnings:
+                    response.headers.add("Warning", f'299 - "{warning}"')
+                return response
             if method == "DELETE":
                 items = store.delete_collection(t.rt, t.namespace, self._matcher(t, q),
                                                 await _options(request))

@@ -30,6 +30,8 @@ class ApiProblem(Exception):
             "reason": reason,
             "code": code,
         }
+        if not reason:  # omitempty, as Go marshals it
+            del self.status["reason"]
         if details is not None:
             self.status["details"] = details
 

@@ -58,27 +58,30 @@ def default(rt: ResourceType, obj: Obj) -> Obj:
     return {**obj, "spec": {**POD_DEFAULTS, **spec}}
 
 
+def admit(rt: ResourceType, obj: Obj) -> Obj:
+    """Built-in admission before webhooks: DefaultTolerationSeconds on new pods."""
+    if rt.kind != "Pod":
+        return obj
+    spec = dict(obj.get("spec") or {})
+    tolerations = list(spec.get("tolerations") or [])
+    for default in DEFAULT_TOLERATIONS:
+        if not any(t.get("key") == default["key"] and t.get("effect") in (None, "NoExecute")
+                   for t in tolerations):
+            tolerations.append(default)
+    return {**obj, "spec": {**spec, "tolerations": tolerations}}
+
+
 def prepare_create(rt: ResourceType, obj: Obj) -> Obj:
-    """What only creation does: fresh status, admission defaults, namespace bookkeeping."""
+    """What only creation does after admission: fresh status, namespace bookkeeping."""
     if rt.kind == "Pod":
-        return _admit_pod(obj)
+        spec = obj.get("spec") or {}
+        return {**obj, "status": {"phase": "Pending", "qosClass": _qos(spec)}}
     if rt.kind == "Namespace":
         name = obj["metadata"].get("name", "")
         labels = {**(obj["metadata"].get("labels") or {}), "kubernetes.io/metadata.name": name}
         return {**obj, "metadata": {**obj["metadata"], "labels": labels},
                 "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
     return obj
-
-
-def _admit_pod(pod: Obj) -> Obj:
-    spec = dict(pod["spec"])
-    tolerations = list(spec.get("tolerations") or [])
-    for default in DEFAULT_TOLERATIONS:  # the DefaultTolerationSeconds admission plugin
-        if not any(t.get("key") == default["key"] and t.get("effect") in (None, "NoExecute")
-                   for t in tolerations):
-            tolerations.append(default)
-    spec["tolerations"] = tolerations
-    return {**pod, "spec": spec, "status": {"phase": "Pending", "qosClass": _qos(spec)}}
 
 
 def _default_container(c: Obj) -> Obj:

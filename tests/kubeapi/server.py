@@ -99,6 +99,8 @@ class KubeApiServer:
             await asyncio.sleep(0)
         if self._runner:
             await self._runner.cleanup()
+        if self._api:
+            await self._api.admission.close()
 
     def stop(self) -> None:
         if self._loop and self._thread and self._thread.is_alive():

@@ -187,8 +187,9 @@ class Store:
 
     # ---- writes ---------------------------------------------------------------------------
 
-    def create(self, rt: ResourceType, ns: str | None, body: Obj, *, manager: str = "",
-               dry_run: bool = False) -> Obj:
+    def admission_view(self, rt: ResourceType, ns: str | None, body: Obj, manager: str) -> Obj:
+        """The new object as admission webhooks see it: defaulted and through built-in
+        admission, no uid, resourceVersion or creationTimestamp yet."""
         meta = dict(body.get("metadata") or {})
         if rt.namespaced:
             meta["namespace"] = ns
@@ -196,21 +197,32 @@ class Store:
                 raise errors.not_found(BY_PATH[("", "v1", "namespaces")], ns or "")
         else:
             meta.pop("namespace", None)
-        if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = self._generated_name(rt, ns, meta["generateName"])
-        for stale in ("resourceVersion", "uid", "deletionTimestamp", "deletionGracePeriodSeconds",
-                      "selfLink", "managedFields"):
+        for stale in ("resourceVersion", "uid", "creationTimestamp", "generation",
+                      "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink",
+                      "managedFields"):
             meta.pop(stale, None)
         obj = {**body, "apiVersion": rt.api_version, "kind": rt.kind, "metadata": meta}
+        obj = objects.admit(rt, objects.default(rt, obj))
+        if rt.kind == "Pod":
+            obj.setdefault("status", {})
+        obj["metadata"] = objects.with_managed_fields(meta, obj, manager, "Update")
+        return obj
+
+    def create(self, rt: ResourceType, ns: str | None, body: Obj, *, manager: str = "",
+               dry_run: bool = False) -> Obj:
+        """POST: `body` is the object after admission webhooks (or as sent, without any)."""
+        obj = self.admission_view(rt, ns, body, manager)
+        if not obj["metadata"].get("name") and obj["metadata"].get("generateName"):
+            obj["metadata"]["name"] = self._generated_name(rt, ns, obj["metadata"][
+                "generateName"])
         obj = objects.prepare_create(rt, objects.default(rt, obj))
         objects.validate(rt, obj)
-        key = (meta.get("namespace") or "", meta["name"])
-        if key in self.objects[rt.key]:
-            raise errors.already_exists(rt, meta["name"])
-        meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339())
-        if "spec" in obj or rt.kind == "Pod":
+        meta = {**obj["metadata"], "uid": str(uuid.uuid4()), "creationTimestamp": now_rfc3339()}
+        if "spec" in obj:
             meta["generation"] = 1
-        obj["metadata"] = objects.with_managed_fields(meta, obj, manager, "Update")
+        obj["metadata"] = meta
+        if (meta.get("namespace") or "", meta["name"]) in self.objects[rt.key]:
+            raise errors.already_exists(rt, meta["name"])
         if dry_run:
             return obj
         return self._write(rt, "ADDED", obj, None)

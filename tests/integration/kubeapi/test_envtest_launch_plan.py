@@ -143,10 +143,10 @@ def test_with_kubebuilder_assets_the_kube_api_fixture_runs_tests_on_the_real_bac
         "def test_faults_skip(kube_api):\n"
         "    kube_api.need_faults()\n")
     env = {**os.environ, "KUBEBUILDER_ASSETS": str(_assets(tmp_path / "bin")),
-           "PYTHONPATH": str(TESTS)}
+           "PYTHONPATH": str(TESTS), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", str(test), "-p", "kubeapi.fixtures", "-q",
-         "-p", "no:randomly", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-rs"],
+         "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-rs"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert "1 passed, 1 skipped" in result.stdout, result.stdout + result.stderr
     assert "fault injection needs the in-process API server" in result.stdout
