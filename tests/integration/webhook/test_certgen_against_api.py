@@ -111,11 +111,7 @@ async def test_nowhere_to_write_is_refused_before_anything_is_made(tmp_path):
         await certgen(service=NAME, namespace="x")
 
 
-async def test_the_secret_holds_the_set_and_is_read_back_on_the_next_run(kube_api, client):
-    from kubeapi.resources import RESOURCES
-
-    if not kube_api.is_real and not any(rt.plural == "secrets" for rt in RESOURCES):
-        pytest.skip("the in-process API server does not serve secrets yet")
+async def test_the_secret_holds_the_set_and_is_read_back_on_the_next_run(client):
     done = await certgen(service=NAME, namespace="default", secret="webhook-tls",
                          client=client)
     assert done[-1] == "secret default/webhook-tls: created"

@@ -1,5 +1,5 @@
-"""certgen's Secret path against a small fake API (the in-process test server serves no secrets
-yet; tests/integration/webhook/test_certgen_against_api.py runs it on a real one): created,
+"""certgen's Secret path against a small fake API, for what is awkward to stage on a server
+(tests/integration/webhook/test_certgen_against_api.py covers the plain path there): created,
 kept, rewritten when garbled, refused when another type, retried on a conflict."""
 
 from __future__ import annotations
