@@ -16,6 +16,7 @@ Tests: tests/integration/webhook/test_certgen_against_api.py
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 import os
@@ -33,11 +34,11 @@ from lightkube.types import PatchType
 
 from gpuslice.errors import ConfigError
 from gpuslice.kube import errors
-from gpuslice.kube.client import dict_view
+from gpuslice.kube.client import dict_view, make_client
 from gpuslice.kube.patch import retry_on_conflict
 from gpuslice.webhook.certs import Bundle, ensure, service_names
 
-__all__ = ["FILES", "certgen", "read_dir", "write_dir"]
+__all__ = ["FILES", "certgen", "command", "read_dir", "write_dir"]
 
 FILES = {"ca_cert": "ca.crt", "ca_key": "ca.key", "cert": "tls.crt", "key": "tls.key"}
 _SECRET_LABELS = {"app.kubernetes.io/managed-by": "gpuslice-certgen"}
@@ -198,9 +199,6 @@ async def certgen(*, service: str, namespace: str, dns: Sequence[str] = (),
 
 def command(*, kubeconfig: str | None = None, **kw: Any) -> None:
     """`gpuslice certgen`: one line per thing done, on stdout."""
-    import asyncio
-
-    from gpuslice.kube.client import make_client
 
     async def go() -> list[str]:
         needs_api = kw.get("secret") or kw.get("webhook_config")
