@@ -1,0 +1,32 @@
+"""Run the in-process API server by hand: `cd tests && python -m kubeapi [--port N]`.
+Prints the URL and the admin kubeconfig's path, then serves until Ctrl-C; use it with
+kubectl (`kubectl --kubeconfig PATH get pods`) or any client while developing."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import threading
+from pathlib import Path
+
+from .server import KubeApiServer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m kubeapi", description=__doc__)
+    parser.add_argument("--port", type=int, default=0, help="HTTPS port (default: a free one)")
+    parser.add_argument("--dir", type=Path, help="where to write the kubeconfig and certificates"
+                        " (default: a temporary folder, removed on exit)")
+    parser.add_argument("--history", type=int, default=1000,
+                        help="writes kept for watches; older resourceVersions get 410")
+    args = parser.parse_args()
+    with KubeApiServer(args.dir, history=args.history, https_port=args.port) as server:
+        print(f"API server: {server.url} (plain HTTP: {server.http_url})")
+        print(f"kubeconfig: {server.kubeconfig}")
+        print(f"try: kubectl --kubeconfig {server.kubeconfig} get namespaces")
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
