@@ -87,15 +87,15 @@ class Evaluator:
             return last[2]
         req = self.request(pod)
         cluster = self.state.cluster
-        if len(names) * 2 >= len(self.state.cluster.nodes()):  # most nodes: the column path
+        if len(names) * 2 >= self.state.node_count():  # most nodes: the column path
             fr = cluster.filter(req, self.policy)
         else:
             fr = cluster.filter(req, self.policy, [n for n in names
                                                    if self.state.has_inventory(n)])
-        failed: dict[str, Refused] = dict(fr.failed)
-        fits = dict(fr.fits)
+        fits = fr.fits  # fresh dicts: ours to change
+        failed: dict[str, Refused] = fr.failed  # type: ignore[assignment]
         for n in names:
-            if n not in fits and n not in failed:
+            if n not in fits and n not in failed:  # the GPU inventory does not know it
                 failed[n] = no_inventory(n)
         verdict = Verdict(req, fits, failed)
         self._hand_off(pod, verdict, cached=True)
@@ -125,45 +125,61 @@ class Evaluator:
                 failed[meta.name] = Refusal(UNACCOUNTED, False, str(exc))
         fr = cluster.filter(req, self.policy, [n for n in names if n not in failed])
         failed.update(fr.failed)
-        verdict = Verdict(req, dict(fr.fits), failed)
+        verdict = Verdict(req, fr.fits, failed)
         self._hand_off(pod, verdict, cached=False)
         return verdict, names
 
     def _hand_off(self, pod: Mapping[str, Any], v: Verdict, *, cached: bool) -> None:
         """Refuse fitting nodes whose cached assignments cannot all be counted, and nodes
-        where the pod could be confused with an in-flight pod (handoff.blocking_flight)."""
-        requests: tuple[handoff.DeviceRequest, ...] | None = None
-        for name in [n for n in v.fits if cached and self.state.waiting(n)]:
-            del v.fits[name]
-            v.failed[name] = Refusal(UNACCOUNTED, False, f"{self.state.waiting(name)} pod(s) "
-                                     "on this node hold slices its inventory cannot hold")
-        for name, pl in list(v.fits.items()):
-            flights = self.state.flights(name)
+        where the pod could be confused with an in-flight pod (handoff.blocking_flight).
+        Only the few nodes with waiting assignments or pods in flight are looked at."""
+        fits = v.fits
+        if cached:
+            for name in self.state.nodes_waiting():
+                if name in fits:
+                    del fits[name]
+                    v.failed[name] = Refusal(UNACCOUNTED, False, f"{self.state.waiting(name)} "
+                                             "pod(s) on this node hold slices its inventory "
+                                             "cannot hold")
+        flying = [n for n in self.state.nodes_with_flights() if n in fits]
+        if not flying:
+            return
+        requests = handoff.device_requests(pod)
+        if not requests:
+            return
+        first = (requests[0].resource, requests[0].quantity)
+        fixed = {s.container: s.memory_mib for s in v.pod.slices}  # None: percent of the GPU
+        for name in flying:
+            flights = self.state.unstarted_like(name, first)
             if not flights:
-                continue
-            if requests is None:
-                requests = handoff.device_requests(pod)
-            mem = {c.container: c.slices[0].memory_mib for c in pl.assignment.containers
-                   if c.slices}
-            shape = handoff.request_shape(requests, v.pod, mem)
+                continue  # nothing there the node agent could confuse with this pod
+            mem = fixed if None not in fixed.values() else {
+                c.container: c.slices[0].memory_mib
+                for c in fits[name].assignment.containers if c.slices}
+            shape = handoff.request_shape(requests, v.pod, mem)  # type: ignore[arg-type]
             f = handoff.blocking_flight(requests, shape, flights, key=v.pod.key)
             if f is not None:
-                del v.fits[name]
+                del fits[name]
                 v.failed[name] = Refusal(WAITING.format(f.key), False,
-                                         f"bound {handoff.format_time(f.bound_at)}, its next "
+                                         f"its first device request "
                                          f"{f.pending[0].resource}={f.pending[0].quantity} "
                                          "looks the same to the node agent")
 
 
 def filter_reply(v: Verdict, names: list[str]) -> wire.FilterResult:
     """The reply for NodeNames (names in request order); the route swaps in Nodes if needed."""
-    failed, unresolvable = {}, {}
-    for n, r in v.failed.items():
-        (failed if r.resolvable else unresolvable)[n] = r.reason
-    return wire.FilterResult(NodeNames=[n for n in names if n in v.fits],
-                             FailedNodes={n: failed[n] for n in names if n in failed},
-                             FailedAndUnresolvableNodes={n: unresolvable[n] for n in names
-                                                         if n in unresolvable})
+    fits, refused = v.fits, v.failed
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for n in names:  # one pass: this runs for every node on every scheduling attempt
+        if n in fits:
+            passed.append(n)
+        else:
+            r = refused[n]
+            (failed if r.resolvable else unresolvable)[n] = r.reason
+    return wire.FilterResult(NodeNames=passed, FailedNodes=failed,
+                             FailedAndUnresolvableNodes=unresolvable)
 
 
 def unfit_message(v: Verdict, names: list[str], limit: int = 3) -> str:

@@ -18,6 +18,8 @@ __all__ = ["prioritize_reply"]
 
 
 def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str]) -> list[wire.HostPriority]:
-    fits = {n: v.fits[n] for n in names if n in v.fits}
+    # the names offered are usually exactly the filter's fits: score those, skip the subset
+    fits = v.fits if len(names) * 2 >= len(v.fits) else {n: v.fits[n] for n in names
+                                                          if n in v.fits}
     scores = ev.state.cluster.prioritize(v.pod, ev.policy, fits) if fits else {}
     return [wire.HostPriority(Host=n, Score=scores.get(n, 0)) for n in names]

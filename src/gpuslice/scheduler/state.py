@@ -124,6 +124,7 @@ class ExtenderState:
         self._waits_on: dict[str, str] = {}  # key -> node
         self._node_flights: dict[str, set[str]] = {}  # node -> keys
         self._flies_on: dict[str, str] = {}  # key -> node
+        self._first: dict[str, tuple[str, int]] = {}  # key -> first device request, unstarted
 
     # -- events --------------------------------------------------------------------------
     def on_node(self, kind: str, node: Mapping[str, Any]) -> None:
@@ -230,6 +231,24 @@ class ExtenderState:
                 out.append(f)
         return out
 
+    def unstarted_like(self, node: str, first: tuple[str, int]) -> list[handoff.Flight]:
+        """Pods in flight on `node` that the agent has not started on and whose first device
+        request is `first` (resource, quantity): the only ones a new pod may be confused with."""
+        keys = self._node_flights.get(node)
+        if not keys:
+            return []
+        return [f for f in self.flights(node) if self._first.get(f.key) == first]
+
+    def nodes_with_flights(self) -> list[str]:
+        """Nodes that may have pods in flight (`flights` says which are, now)."""
+        return [n for n, keys in self._node_flights.items() if keys]
+
+    def nodes_waiting(self) -> list[str]:
+        return [n for n, keys in self._waiting.items() if keys]
+
+    def node_count(self) -> int:
+        return len(self._inv_text)
+
     def waiting(self, node: str) -> int:
         """How many assignments on `node` could not be committed (the filter refuses it)."""
         return len(self._waiting.get(node, ()))
@@ -306,8 +325,11 @@ class ExtenderState:
         node = self._flies_on.pop(key, None)
         if node is not None:
             self._node_flights[node].discard(key)
+        self._first.pop(key, None)
         a = self._assumed.get(key)
         f = a.flight if a is not None else getattr(self._facts.get(key), "flight", None)
         if f is not None:
             self._node_flights.setdefault(f.node, set()).add(key)
             self._flies_on[key] = f.node
+            if not f.started:
+                self._first[key] = (f.pending[0].resource, f.pending[0].quantity)
