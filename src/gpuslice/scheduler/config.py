@@ -32,7 +32,8 @@ class LeaderElection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, f
     enabled: bool = True
     lease_name: _Name = msgspec.field(default="gpuslice-scheduler", name="leaseName")
     lease_namespace: _Name = msgspec.field(default="kube-system", name="leaseNamespace")
-    lease_seconds: _Seconds = msgspec.field(default=15.0, name="leaseSeconds")
+    lease_seconds: Annotated[int, msgspec.Meta(ge=1, le=3600)] = msgspec.field(
+        default=15, name="leaseSeconds")
     renew_deadline_seconds: _Seconds = msgspec.field(default=10.0, name="renewDeadlineSeconds")
     retry_period_seconds: _Seconds = msgspec.field(default=2.0, name="retryPeriodSeconds")
     identity: str = ""  # default: the pod's hostname + a random suffix

@@ -26,6 +26,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from gpuslice import handoff, ops
 from gpuslice.kube.cache import Change, Informer
 from gpuslice.kube.events import EventRecorder
+from gpuslice.kube.lease import LeaderElector
 from gpuslice.scheduler import app as routes
 from gpuslice.scheduler.bind import Binder
 from gpuslice.scheduler.config import SchedulerConfig
@@ -62,20 +63,18 @@ class Extender:
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
-    def _elector(self) -> Any:
+    def _elector(self) -> LeaderElector | None:
         le = self.cfg.leader_election
         if not le.enabled:
             return None
-        from gpuslice.kube.lease import LeaderElector
-
-        return LeaderElector(self.client, name=le.lease_name, namespace=le.lease_namespace,
+        return LeaderElector(self.client, le.lease_name, le.lease_namespace,
                              identity=le.identity or None, lease_duration_s=le.lease_seconds,
                              renew_deadline_s=le.renew_deadline_seconds,
-                             retry_period_s=le.retry_period_seconds)
+                             retry_period_s=le.retry_period_seconds, recorder=self.recorder)
 
     # -- views for the routes --------------------------------------------------------------
     def is_leader(self) -> bool:
-        return self.elector is None or bool(self.elector.is_leader)
+        return self.elector is None or self.elector.is_leader
 
     def ready(self) -> str | None:
         missing = [i.name for i in (self.nodes, self.pods) if not i.synced.is_set()]
@@ -108,9 +107,7 @@ class Extender:
     async def stop(self) -> None:
         self.nodes.stop()
         self.pods.stop()
-        if self.elector is not None:
-            await self.elector.stop()
-        for task in self._tasks:
+        for task in self._tasks:  # a cancelled elector releases the Lease it holds
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
