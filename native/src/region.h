@@ -35,6 +35,8 @@ int gs_region_broken(void);
 int gs_region_entry(int ordinal);
 /* Entry holding a GPU UUID ("GPU-..."), -1 if none. */
 int gs_region_entry_of_uuid(const char *uuid);
+/* Entry of a GPU known by its UUID (NVML) that this process sees as ordinal, added if missing. */
+int gs_region_entry_for(const char *uuid, int ordinal);
 /* Implemented by the CUDA side (mem/nvml_util.c; unit tests provide their own): the UUID text of
  * a CUDA ordinal of this process. 0 ok, -1 unknown. */
 int gs_device_uuid(int ordinal, char *out, size_t len);

@@ -69,3 +69,15 @@ def test_a_pool_is_charged_to_its_own_gpu_not_to_its_streams(gs: Harness) -> Non
         f"80 MiB on GPU 0 passes its 64 MiB:\n{res.describe()}")
     assert res.one("info").int("free") == 1024 * MiB, (
         f"nothing was charged to the stream's GPU 1:\n{res.describe()}")
+
+
+def test_nvidia_smi_alone_in_a_fresh_container_sees_each_gpus_cap(gs: Harness) -> None:
+    # nvidia-smi calls NVML only, never cuInit: the GPUs get their entries from NVML's UUIDs
+    gpus = gs.smi(devices=2, extra={"CUDA_DEVICE_MEMORY_LIMIT_0": "64Mi",
+                                    "CUDA_DEVICE_MEMORY_LIMIT_1": "128Mi"})
+    assert [g["v2_total"] for g in gpus] == [str(64 * MiB), str(128 * MiB)], gpus
+    agent = {"GPUSLICE_DEVICE_UUIDS": f"{GPU1},{GPU0}", "CUDA_DEVICE_MEMORY_LIMIT_0": "256Mi",
+             "CUDA_DEVICE_MEMORY_LIMIT_1": "64Mi"}
+    gpus = gs.smi(devices=2, region=gs.tmp / "agent.region", extra=agent)
+    assert [g["v2_total"] for g in gpus] == [str(64 * MiB), str(256 * MiB)], (
+        f"with the agent's list, index 0 is GPU 1 whatever NVML's order: {gpus}")

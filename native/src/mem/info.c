@@ -40,17 +40,16 @@ CUresult gs_info_device_total_mem(size_t *bytes, CUdevice dev)
     return rc;
 }
 
-/* The region entry of an NVML device: by its UUID (any GPU of the container, even one this
- * process does not see), else through the CUDA ordinal it has here; -1 if none. */
+/* The region entry of an NVML device, by its UUID (any GPU of the container, even one this
+ * process does not see); a GPU without an entry yet gets the one of the CUDA ordinal it would
+ * have here (nvidia-smi in a fresh container calls no CUDA at all); -1 if none. */
 static int gs_nvml_entry(nvmlDevice_t device)
 {
     char uuid[96];
-    if (gs_real_nvmlDeviceGetUUID && gs_real_nvmlDeviceGetUUID(device, uuid, sizeof uuid) == NVML_SUCCESS) {
-        int e = gs_region_entry_of_uuid(uuid);
-        if (e >= 0) return e;
-    }
-    int dev = gs_nvml_to_cuda(device);
-    int e = dev >= 0 ? gs_region_entry(dev) : -1;
+    if (gs_real_nvmlDeviceGetUUID == NULL || gs_real_nvmlDeviceGetUUID(device, uuid, sizeof uuid) != NVML_SUCCESS)
+        return -1;
+    int e = gs_region_entry_of_uuid(uuid);
+    if (e < 0) e = gs_region_entry_for(uuid, gs_nvml_to_cuda(device)); /* nvidia-smi: no CUDA call */
     return e < GS_REGION_MAX_DEVICES ? e : -1;
 }
 

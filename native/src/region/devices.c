@@ -70,23 +70,18 @@ static int gs_device_add(struct gs_region_header *h, const char *uuid, int ordin
     return (int)(pick - gs_region_device(0));
 }
 
-static int gs_entry_resolve(struct gs_region_header *h, int ordinal)
+/* Entry of uuid, seen as ordinal here, added if missing: entry, GS_DEV_CLOSED, or -2 (retry). */
+static int gs_entry_resolve(struct gs_region_header *h, const char *uuid, int ordinal)
 {
-    char uuid[GS_REGION_UUID_LEN];
-    if (gs_device_uuid(ordinal, uuid, sizeof uuid) != 0) {
-        GS_LOG_ONCE(GS_LOG_ERROR, "device %d: cannot read its UUID, so its cap cannot be found; allocations on it "
-                    "are refused (OUT_OF_MEMORY)", ordinal);
-        return -2; /* not cached: may work on the next call */
-    }
     int e = gs_region_entry_of_uuid(uuid);
     if (e >= 0) return e;
     if (h->flags & GS_REGION_UUID_LIST) {
-        GS_ERROR("device %d (%s) is not one of this container's GPUs (GPUSLICE_DEVICE_UUIDS); allocations on it are "
-                 "refused (OUT_OF_MEMORY)", ordinal, uuid);
+        GS_LOG_ONCE(GS_LOG_ERROR, "device %d (%s) is not one of this container's GPUs (GPUSLICE_DEVICE_UUIDS); "
+                    "allocations on it are refused (OUT_OF_MEMORY)", ordinal, uuid);
         return GS_DEV_CLOSED;
     }
     if (gs_device_lock(h) != 0) {
-        GS_ERROR("region: device_lock held by live pid %d for 2 s; allocations on device %d are refused for now",
+        GS_ERROR("region: device_lock held by live thread %d for 2 s; allocations on device %d are refused for now",
                  __atomic_load_n(&h->device_lock, __ATOMIC_RELAXED), ordinal);
         return -2;
     }
@@ -98,6 +93,14 @@ static int gs_entry_resolve(struct gs_region_header *h, int ordinal)
     return e;
 }
 
+int gs_region_entry_for(const char *uuid, int ordinal)
+{
+    struct gs_region_header *h = gs_region();
+    if (h == NULL || ordinal < 0) return -1;
+    int e = gs_entry_resolve(h, uuid, ordinal);
+    return e == -2 ? GS_DEV_CLOSED : e;
+}
+
 int gs_region_entry(int ordinal)
 {
     struct gs_region_header *h = gs_region();
@@ -106,8 +109,12 @@ int gs_region_entry(int ordinal)
         int c = __atomic_load_n(&gs_entry_cache[ordinal], __ATOMIC_ACQUIRE);
         if (c) return c - 1;
     }
-    int e = gs_entry_resolve(h, ordinal);
-    if (e == -2) return GS_DEV_CLOSED;
+    char uuid[GS_REGION_UUID_LEN];
+    int e = -2;
+    if (gs_device_uuid(ordinal, uuid, sizeof uuid) == 0) e = gs_entry_resolve(h, uuid, ordinal);
+    else GS_LOG_ONCE(GS_LOG_ERROR, "device %d: cannot read its UUID, so its cap cannot be found; allocations on it "
+                     "are refused (OUT_OF_MEMORY)", ordinal);
+    if (e == -2) return GS_DEV_CLOSED; /* not cached: may work on the next call */
     if (ordinal < GS_MAX_ORDINALS) __atomic_store_n(&gs_entry_cache[ordinal], e + 1, __ATOMIC_RELEASE);
     return e;
 }
