@@ -1,13 +1,16 @@
 """Numbers people write: Kubernetes quantities ("500m", "4Gi", "1e3") and shim memory sizes ("4g").
 
 Owns: the one parser for Kubernetes `resource.Quantity` text (exact, as a Fraction), integer
-quantities, the strict memory-size grammar the C shim shares (native/src/config.c), and MiB text.
+quantities, the strict memory-size grammar the C shim shares (native/src/config.c), the CLI's
+memory caps (the same grammar, but a bare number is MiB, as in HAMi), and MiB text.
 Does not: know what a quantity means (dialects.py decides units and ranges).
 Invariants: Kubernetes grammar exactly (sign, digits, one '.', decimal SI n u m k M G T P E,
 binary Ki..Ei, integer e/E exponent); values are exact (no rounding to nano as the API server
-does); memory sizes are bytes, every suffix binary, 1 <= bytes <= 2**63-1.
+does); memory sizes are bytes, every suffix binary, 1 <= bytes <= 2**63-1; at most MAX_DIGITS
+digits are ever converted (Python refuses past 4,300, and the work grows with the length).
 Failure: QuantityError (a ValueError) naming the field, the value and the fix; never a bare error.
-Tests: tests/unit/test_quantity.py, tests/unit/test_quantity_properties.py
+Tests: tests/unit/test_quantity.py, tests/unit/test_quantity_properties.py,
+tests/unit/test_cli_run.py (CLI caps)
 """
 
 from __future__ import annotations

@@ -106,6 +106,15 @@ def test_an_absurdly_small_cap_warns(text: str, capsys: pytest.CaptureFixture[st
     assert "below 64 MiB" in err[0]
 
 
+@pytest.mark.parametrize("text", ["9" * 5000, "1" * 5000 + "GiB", "0" * 5000 + "4096"])
+def test_a_gpu_memory_of_thousands_of_digits_is_one_short_line(text: str) -> None:
+    code, err, _ = invoke("run", "--allow-uncapped", "--gpu-memory", text, "--", "true")
+    if text.startswith("0"):  # leading zeros: 4096 MiB, fine
+        assert code == 0
+        return
+    assert code == 1 and len(err) == 1 and len(err[0]) < 300, err
+
+
 def test_a_byte_count_given_as_a_bare_number_is_caught_as_a_unit_mix_up() -> None:
     code, err, _ = invoke("run", "--gpu-memory", "4294967296", "--", "true")
     assert code == 1 and len(err) == 1, err
