@@ -27,7 +27,7 @@ from aiohttp import web
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
-from gpuslice import codec, model, ops
+from gpuslice import codec, handoff, model, ops
 from gpuslice.errors import EnvironmentProblem, GpusliceError
 from gpuslice.kube import errors as kerrors
 from gpuslice.kube.patch import patch_metadata
@@ -47,6 +47,16 @@ from gpuslice.node.watchdog import Violation, Watchdog
 __all__ = ["Agent", "run"]
 
 log = logging.getLogger(__name__)
+
+
+def _fully_allocated(pod: dict[str, Any]) -> bool:
+    """Every GPU container of the pod has had its Allocate answered."""
+    done = str((pod["metadata"].get("annotations") or {}).get(handoff.ALLOCATED, "")).split(",")
+    try:
+        requests = handoff.device_requests(pod)
+    except GpusliceError:
+        return False
+    return bool(requests) and all(r.container in done for r in requests)
 
 
 class Agent:
@@ -78,6 +88,7 @@ class Agent:
         self.watchdog = Watchdog(backend, self.regions_root, cfg.watchdog, gpus=self.gpus,
                                  assignments=self._assignments, pods_fresh=self._pods_fresh)
         self._mismatch_reported: set[str] = set()
+        self._suspects: set[tuple[str, str, frozenset[str]]] = set()
         self._stop = asyncio.Event()
         self._runner: web.AppRunner | None = None
 
@@ -163,14 +174,17 @@ class Agent:
         except Exception as exc:  # grpc errors, a missing socket: try again next round
             log.warning("PodResources List failed: %s", exc)
             return
-        pods = [p for p in self.cluster.pods()
-                if (p["metadata"].get("annotations") or {}).get("gpuslice.io/allocated")]
+        pods = [p for p in self.cluster.pods() if _fully_allocated(p)]
         pairs, left = verify.swaps(verify.compare(pods, actual, self.cfg.resources))
         for a, b in pairs:
             await self._swap(a, b)
+        # the kubelet records a container's devices just after its Allocate returns, so one
+        # round may see half of a swap: report what two rounds in a row agree on
+        seen = {(str(m.pod["metadata"].get("uid")), m.container, m.actual) for m in left}
+        suspects, self._suspects = self._suspects, seen
         for m in left:
             uid = str(m.pod["metadata"].get("uid"))
-            if uid in self._mismatch_reported:
+            if uid in self._mismatch_reported or (uid, m.container, m.actual) not in suspects:
                 continue
             self._mismatch_reported.add(uid)
             self.metrics.mismatches.inc()

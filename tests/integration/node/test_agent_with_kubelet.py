@@ -149,13 +149,12 @@ async def test_interchangeable_pods_the_kubelet_swapped_get_their_assignments_sw
     await node.kubelet.admit(one)
     assert env_of(got_two["main"])["NVIDIA_VISIBLE_DEVICES"] == gpu(0)
 
-    async def swapped():
-        p = await node.client.get(dict_view(Pod), "two", namespace="default")
+    await wait_for(lambda: node.agent.metrics.swaps._value.get() == 1, "one swap recorded")
+    for name, want in (("one", gpu(1)), ("two", gpu(0))):
+        p = await node.client.get(dict_view(Pod), name, namespace="default")
         a = codec.decode_assignment(p["metadata"]["annotations"][codec.ASSIGNMENT_ANNOTATION])
-        return a.containers[0].slices[0].uuid == gpu(0)
-
-    await wait_for(swapped, "two's assignment names the GPU it really got")
-    assert node.agent.metrics.swaps._value.get() == 1
+        assert a.containers[0].slices[0].uuid == want, f"{name} names the GPU it really got"
+    assert node.agent.metrics.mismatches._value.get() == 0, "a swap is no mismatch"
 
 
 async def test_a_container_on_other_gpus_than_its_assignment_is_reported_once(node):
