@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpuslice import handoff, ops
+from gpuslice.errors import EnvironmentProblem
 from gpuslice.kube.cache import Change, Informer
 from gpuslice.kube.events import EventRecorder
 from gpuslice.kube.lease import LeaderElector
@@ -99,7 +101,12 @@ class Extender:
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            await self.stop()
+            raise EnvironmentProblem(f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
+                                     "free the port or pass another with --port") from exc
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         log.info("listening", extra={"address": host, "port": self.port})
         return self.port
@@ -117,9 +124,19 @@ class Extender:
         await self.recorder.flush()
 
     async def run(self) -> None:
+        """Serve until SIGTERM/SIGINT, then stop cleanly (the Lease is released)."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
         await self.start(self.cfg.address, self.cfg.port)
         try:
-            await asyncio.gather(*self._tasks)
+            done, _ = await asyncio.wait([*self._tasks, loop.create_task(stop.wait())],
+                                         return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task in self._tasks and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]  # e.g. a bad selector
+            log.info("stopping: signal received")
         finally:
             await self.stop()
 
@@ -145,5 +162,4 @@ def serve(config_path: str | None, **flags: Any) -> None:
     cfg = config.load(config_path, **flags)
     ops.setup_logging(cfg.log_level)
     client = make_client(cfg.kubeconfig, timeout_s=cfg.api_timeout_seconds)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(Extender(cfg, client).run())
+    asyncio.run(Extender(cfg, client).run())
