@@ -31,6 +31,7 @@ from gpuslice import codec, model
 from gpuslice.node import allocate as alloc
 from gpuslice.node import regions
 from gpuslice.node.exporter import AgentMetrics, UsageCollector
+from gpuslice.node.health import Health
 from gpuslice.node.install import install_library
 from gpuslice.node.inventory import node_gpus
 from gpuslice.node.nvml import NvmlBackend
@@ -73,6 +74,19 @@ def test_nvml_discovery_gives_the_right_inventory(backend: Any, record: Callable
     record("node_agent_inventory", gpus=[{"uuid": g.uuid, "model": g.model,
                                           "memory_mib": g.memory_mib, "sm_count": g.sm_count,
                                           "numa_node": g.numa_node} for g in inv.gpus])
+
+
+def test_health_events_and_polling_work_on_real_nvml(backend: Any) -> None:
+    uuids = [d.uuid for d in backend.devices()]
+    health = Health(backend, uuids, recovery_s=60)
+    start = time.monotonic()
+    events = backend.wait_events(0.5)  # registers for XIDs on first use, then waits
+    waited = time.monotonic() - start
+    assert events == [], f"no critical XID expected on a healthy GPU, got {events}"
+    assert waited < 5, f"wait_events(0.5) took {waited:.1f} s"
+    assert health.poll() is False and health.unhealthy == {}
+    stats = backend.stats(uuids[0])
+    assert stats.memory_total > 0 and stats.temperature is not None
 
 
 @pytest.fixture
