@@ -3,7 +3,7 @@
 Exit codes: 0 ok, 1 user error (bad input), 2 usage, 3 environment (no driver/GPU/library),
 127 `gpuslice run` of a missing program, 130 interrupted. Errors print `gpuslice: error: ...`
 lines (one per problem) with the fix; `--debug` shows the traceback instead.
-Tests: tests/unit/test_cli.py
+Tests: tests/unit/test_cli.py (errors, usage), test_cli_run.py (run/top), test_cli_simulate.py
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ Modules, in the order to read them:
   engine.py     discrete-event replay: event order, FIFO-with-backfill queue, outcomes
   metrics.py    time-weighted usage (via allocator.footprint), fragmentation, percentiles
   report.py     rich table (a column per policy) and JSON lines
+  jobs.py       `--jobs FILE`: each job's node, GPUs, start, wait or reason (CSV / JSON lines)
+  _yaml.py      YAML reading with bounded work (aliases, depth, huge numbers)
 Formats and metric definitions: docs/simulate.md. Imports nothing here, so `--help` stays fast.
 Tests: tests/unit/simulate/, tests/unit/test_cli_simulate.py, tests/golden/simulate_small.*
 """
