@@ -96,11 +96,13 @@ class Agent:
     def gpus(self) -> tuple[model.GPU, ...]:
         return self.inventory.gpus
 
+    def _flights(self, pods: list[dict[str, Any]]) -> list[alloc.InFlight]:
+        return alloc.in_flight(pods, self.cfg.node_name, time.time(),
+                               self.cfg.inflight_timeout_seconds)
+
     def _answer(self, resource: str, device_ids: Sequence[str]) -> alloc.Answer:
         pods = self.cluster.pods()
-        flights = alloc.in_flight(pods, self.cfg.node_name, time.time(),
-                                  self.cfg.inflight_timeout_seconds)
-        return alloc.answer(flights, alloc.assigned_pods(pods, self.cfg.node_name),
+        return alloc.answer(self._flights(pods), alloc.assigned_pods(pods, self.cfg.node_name),
                             {g.uuid: g for g in self.gpus()}, resource, device_ids, self.layout)
 
     async def allocate(self, resource: str, device_ids: Sequence[str]) -> alloc.Answer:
@@ -127,13 +129,10 @@ class Agent:
 
     async def preferred(self, resource: str, available: Sequence[str],
                         must_include: Sequence[str], size: int) -> list[str]:
-        pods = self.cluster.pods()
-        flights = alloc.in_flight(pods, self.cfg.node_name, time.time(),
-                                  self.cfg.inflight_timeout_seconds)
-        if not any(f.flight.pending for f in flights):
-            await self.cluster.refresh()
-            flights = alloc.in_flight(self.cluster.pods(), self.cfg.node_name, time.time(),
-                                      self.cfg.inflight_timeout_seconds)
+        flights = self._flights(self.cluster.pods())
+        if handoff.match_allocate([f.flight for f in flights], resource, size) is None and \
+                await self.cluster.refresh():  # the pod may be newer than the store
+            flights = self._flights(self.cluster.pods())
         return alloc.preferred(flights, resource, available, must_include, size)
 
     # ---- views for the exporter and watchdog

@@ -174,3 +174,14 @@ async def test_a_container_on_other_gpus_than_its_assignment_is_reported_once(no
     assert any(e["reason"] == "AllocateMismatch" and gpu(0) in e["message"] for e in events)
     await node.agent._verify_once()
     assert node.agent.metrics.mismatches._value.get() == 1, "reported once per pod"
+
+
+async def test_a_pod_newer_than_the_agents_pod_list_still_gets_its_preferred_gpus(node):
+    now = time.time()
+    await create(node.client, pod("old", [container("main")], {"main": [gpu(0)]}, at=now - 2))
+    await node.agent.cluster.refresh()  # the store knows "old" only
+    new = await create(node.client, pod("new", [container("main", quantity=2)],
+                                        {"main": [gpu(1), gpu(0)]}, at=now - 1))
+    await node.kubelet.wait_devices("nvidia.com/gpu")
+    got = await node.kubelet.admit(new)  # without a fresh list: kubelet order, 2 IDs on GPU 0
+    assert env_of(got["main"])["GPUSLICE_DEVICE_UUIDS"] == f"{gpu(1)},{gpu(0)}"
