@@ -8,7 +8,9 @@ message) within `window_s` bumps `count` and `lastTimestamp` of the Event alread
 as client-go's recorder does, instead of posting a new one.
 Best effort: an API failure is logged as a warning, never raised (kopf); a wrong type or
 reason is a programming error and raises ValueError at once.
-`record()` waits for the API; `emit()` returns at once (background task; `flush()` waits).
+`record()` waits for the API; `emit()` returns at once (background task; `flush()` waits);
+past `max_pending` unfinished emits (a slow API), new ones are dropped with one warning.
+Posts about one (object, reason, message) run one at a time, so a burst aggregates.
 RBAC: create, patch on events (core group) in the namespaces of the objects (nodes: default).
 Tests: tests/unit/kube/test_events.py, tests/integration/kube/test_events_against_api.py
 """
@@ -75,7 +77,8 @@ class EventRecorder:
     """Posts Events for one component (`gpuslice-scheduler`, `gpuslice-node-agent`)."""
 
     def __init__(self, client: AsyncClient, component: str, *, host: str | None = None,
-                 window_s: float = 600.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 window_s: float = 600.0, max_pending: int = 1000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.component = component
         self.host = (host or socket.gethostname())[:128]
@@ -83,12 +86,20 @@ class EventRecorder:
         self.clock = clock
         # (uid/ns/kind/name, type, reason, message) -> [event namespace, name, count, last post]
         self._seen: OrderedDict[tuple[str, ...], list[Any]] = OrderedDict()
-        self._lock = asyncio.Lock()
+        self._locks: dict[tuple[str, ...], tuple[asyncio.Lock, int]] = {}  # key -> lock, users
         self._tasks: set[asyncio.Task[None]] = set()
+        self.max_pending = max_pending
+        self.dropped = 0  # emits refused because max_pending were unfinished
 
     def emit(self, obj: Mapping[str, Any] | Any, type_: str, reason: str, message: str) -> None:
         """Post in the background; returns at once. Arguments are checked now."""
         args = self._checked(obj, type_, reason, message)
+        if len(self._tasks) >= self.max_pending:
+            if self.dropped % 1000 == 0:
+                log.warning("%d events still being posted (slow API?); dropping new ones "
+                            "(%d so far)", len(self._tasks), self.dropped + 1)
+            self.dropped += 1
+            return
         task = asyncio.get_running_loop().create_task(self._post(*args))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -116,14 +127,22 @@ class EventRecorder:
         target = f"{ref['kind'].lower()} {where}"
         key = (ref.get("uid", ""), ref.get("namespace", ""), ref["kind"], ref["name"], type_,
                reason, message)
+        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
+        self._locks[key] = (lock, users + 1)
         try:
-            async with self._lock:  # one at a time, so a burst of repeats aggregates
+            async with lock:  # one post per key at a time, so a burst of repeats aggregates
                 await self._post_locked(key, ref, type_, reason, message)
         except errors.APIError as exc:
             log.warning("could not post event %s %s on %s: %s", type_, reason, target, exc,
                         extra={"reason": reason, "object": target})
         except Exception:  # best effort: an event must never break the caller
             log.exception("could not post event %s %s on %s", type_, reason, target)
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
 
     async def _post_locked(self, key: tuple[str, ...], ref: dict[str, str], type_: str,
                            reason: str, message: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import httpx2
@@ -160,3 +161,36 @@ def test_long_messages_are_trimmed_in_the_middle_to_1_kib():
     assert events.trim_message("short") == "short"
     exact = "x" * 1024
     assert events.trim_message(exact) == exact
+
+
+async def test_a_burst_of_the_same_event_aggregates_and_other_objects_post_alongside():
+    api = Recorder()
+    other = {**POD, "metadata": {**POD["metadata"], "name": "web-1", "uid": "u-2"}}
+    async with mock_client(api) as client:
+        recorder = events.EventRecorder(client, "s")
+        for _ in range(5):
+            recorder.emit(POD, "Warning", "NoFit", "0/3 nodes fit")
+        recorder.emit(other, "Warning", "NoFit", "0/3 nodes fit")
+        await recorder.flush()
+    calls = sorted((m, b["involvedObject"]["name"] if m == "POST" else "", b.get("count"))
+                   for m, _, b in api.requests)
+    assert calls == [("PATCH", "", 2), ("PATCH", "", 3), ("PATCH", "", 4), ("PATCH", "", 5),
+                     ("POST", "web-0", 1), ("POST", "web-1", 1)]
+    assert recorder._locks == {}, "per-key locks are dropped once unused"
+
+
+async def test_emits_past_max_pending_are_dropped_with_a_warning(caplog):
+    release = asyncio.Event()
+
+    async def slow(request):
+        await release.wait()
+        return httpx2.Response(201, json=body(request))
+
+    async with mock_client(slow) as client:
+        recorder = events.EventRecorder(client, "s", max_pending=2)
+        for i in range(5):
+            recorder.emit(POD, "Warning", "NoFit", f"message {i}")
+        assert recorder.dropped == 3
+        release.set()
+        await recorder.flush()
+    assert "dropping new ones" in caplog.text
