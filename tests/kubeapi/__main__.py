@@ -1,11 +1,13 @@
 """Run the in-process API server by hand: `cd tests && python -m kubeapi [--port N]`.
 Prints the URL and the admin kubeconfig's path, then serves until Ctrl-C; use it with
-kubectl (`kubectl --kubeconfig PATH get pods`) or any client while developing."""
+kubectl (`kubectl --kubeconfig PATH get pods`) or any client while developing. server.spawn()
+runs it this way, in its own process, for benchmarks (no GIL shared with the client)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import threading
 from pathlib import Path
 
@@ -19,8 +21,15 @@ def main() -> None:
                         " (default: a temporary folder, removed on exit)")
     parser.add_argument("--history", type=int, default=1000,
                         help="writes kept for watches; older resourceVersions get 410")
+    parser.add_argument("--ready-file", type=Path, help="once serving, write the URLs and the "
+                        "kubeconfig path there as JSON (what server.spawn() waits for)")
     args = parser.parse_args()
     with KubeApiServer(args.dir, history=args.history, https_port=args.port) as server:
+        if args.ready_file:
+            ready = {"url": server.url, "http_url": server.http_url,
+                     "kubeconfig": str(server.kubeconfig)}
+            args.ready_file.with_suffix(".tmp").write_text(json.dumps(ready))
+            args.ready_file.with_suffix(".tmp").rename(args.ready_file)
         print(f"API server: {server.url} (plain HTTP: {server.http_url})")
         print(f"kubeconfig: {server.kubeconfig}")
         print(f"try: kubectl --kubeconfig {server.kubeconfig} get namespaces")

@@ -190,7 +190,8 @@ class ApiApp:
                 body, warnings = await self.admission.create(
                     t.rt, t.namespace, store.admission_view(t.rt, t.namespace, body, manager),
                     manager=manager, dry_run=dry_run)
-                obj = store.create(t.rt, t.namespace, body, manager=manager, dry_run=dry_run)
+                obj = store.create(t.rt, t.namespace, body, manager=manager, dry_run=dry_run,
+                                   admitted=True)
                 response = reply(obj, 201)
                 for warning in warnings:
                     response.headers.add("Warning", f'299 - "{warning}"')

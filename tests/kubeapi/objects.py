@@ -155,7 +155,7 @@ def _validate_meta(rt: ResourceType, meta: Obj) -> list[Cause]:
         if not isinstance(value, str):
             causes.append((f"metadata.annotations[{key}]", "FieldValueInvalid",
                            "Invalid value: annotation values must be strings"))
-    if len(json.dumps(annotations)) > 256 * 1024:
+    if sum(len(k) + len(str(v)) for k, v in annotations.items()) > 256 * 1024:
         causes.append(("metadata.annotations", "FieldValueTooLong",
                        "Too long: must have at most 262144 bytes"))
     return causes
@@ -284,6 +284,7 @@ def grace_period(rt: ResourceType, obj: Obj, requested: Any) -> int:
 
 def with_managed_fields(meta: Obj, obj: Obj, manager: str, operation: str,
                         subresource: str = "") -> Obj:
+    """`meta` with the entry of `manager` replaced by the fields of `obj` (what it sent)."""
     entry: Obj = {
         "manager": manager or "unknown", "operation": operation,
         "apiVersion": obj.get("apiVersion", "v1"),
@@ -314,7 +315,7 @@ def _fields_v1(obj: Obj, subresource: str) -> Obj:
 def _owned(value: Any, top: bool = False) -> Obj:
     if isinstance(value, dict) and value:
         out: Obj = {} if top else {".": {}}
-        out.update({f"f:{k}": _owned(v) for k, v in value.items()})
+        out.update({f"f:{k}": _owned(v) for k, v in value.items() if not k.startswith("$")})
         return out
     if isinstance(value, list) and value and all(isinstance(i, dict) for i in value):
         key = next((k for k in ("name", "type", "containerPort", "mountPath")

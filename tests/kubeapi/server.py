@@ -9,12 +9,18 @@ Tests: tests/integration/kubeapi/ (every test there runs against it by default)"
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import socket
 import ssl
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -144,3 +150,44 @@ class KubeApiServer:
     def _control(self, action: str, resource: str | None) -> None:
         assert self._api is not None
         self.call(self._api.control, action, resource)
+
+
+@dataclass
+class SpawnedServer:
+    """The in-process server run in a child process (`python -m kubeapi`), for benchmarks:
+    its CPU time is not shared with the client's. No faults or store access from outside."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    http_url: str
+    kubeconfig: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def spawn(workdir: Path, *, history: int = 1000, timeout: float = 30.0) -> SpawnedServer:
+    workdir.mkdir(parents=True, exist_ok=True)
+    ready = workdir / "ready.json"
+    ready.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+    log = (workdir / "kubeapi.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kubeapi", "--dir", str(workdir), "--history", str(history),
+         "--ready-file", str(ready)], stdout=log, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"python -m kubeapi did not start: "
+                               f"{(workdir / 'kubeapi.log').read_text()[-2000:]}")
+        time.sleep(0.05)
+    info = json.loads(ready.read_text())
+    return SpawnedServer(process, info["url"], info["http_url"], Path(info["kubeconfig"]))

@@ -209,9 +209,9 @@ class Store:
         return obj
 
     def create(self, rt: ResourceType, ns: str | None, body: Obj, *, manager: str = "",
-               dry_run: bool = False) -> Obj:
-        """POST: `body` is the object after admission webhooks (or as sent, without any)."""
-        obj = self.admission_view(rt, ns, body, manager)
+               dry_run: bool = False, admitted: bool = False) -> Obj:
+        """POST `body` as sent, or `admitted`: an admission_view() that webhooks have seen."""
+        obj = body if admitted else self.admission_view(rt, ns, body, manager)
         if not obj["metadata"].get("name") and obj["metadata"].get("generateName"):
             obj["metadata"]["name"] = self._generated_name(rt, ns, obj["metadata"][
                 "generateName"])
@@ -258,7 +258,8 @@ class Store:
         if meta.get("uid", old_meta["uid"]) != old_meta["uid"]:
             raise errors.conflict(rt, name, f"Precondition failed: UID in precondition: "
                                             f"{meta['uid']}, UID in object meta: {old_meta['uid']}")
-        return self._replace(rt, old, new, subresource, manager, dry_run)
+        sent = patch if isinstance(patch, dict) else new
+        return self._replace(rt, old, new, subresource, manager, dry_run, sent)
 
     def delete(self, rt: ResourceType, ns: str | None, name: str, options: Obj) -> Obj:
         old = self.get(rt, ns, name)
@@ -331,7 +332,8 @@ class Store:
     # ---- internals ------------------------------------------------------------------------
 
     def _replace(self, rt: ResourceType, old: Obj, body: Obj, subresource: str, manager: str,
-                 dry_run: bool) -> Obj:
+                 dry_run: bool, sent: Obj | None = None) -> Obj:
+        """Store `body` over `old`; `sent` is what the client sent, for managedFields."""
         old_meta = old["metadata"]
         new = objects.merge_subresource(rt, old, body, subresource)
         meta = dict(new.get("metadata") or {})
@@ -353,7 +355,8 @@ class Store:
         if {**new, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}} == \
                 comparable:
             return old  # a no-op write keeps its resourceVersion and sends no event, as etcd
-        new["metadata"] = objects.with_managed_fields(meta, new, manager, "Update", subresource)
+        new["metadata"] = objects.with_managed_fields(meta, sent or new, manager, "Update",
+                                                      subresource)
         if dry_run:
             return {**new, "metadata": {**new["metadata"], "resourceVersion": str(self.rv)}}
         if meta.get("deletionTimestamp") and not meta.get("finalizers") and \
