@@ -190,3 +190,40 @@ def test_a_mirror_pod_of_a_static_gpu_pod_is_left_as_the_kubelet_wrote_it():
     pod["spec"]["nodeName"] = "gpu-node-1"
     decision = decide(pod)
     assert decision.result is Result.ALLOWED and decision.patch == ()
+
+
+# --- fuzz: any JSON anywhere in a pod gives a Decision, never an exception ---------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
+    | st.sampled_from(["nvidia.com/gpu", "nvidia.com/gpumem", "1", "4096", "GPUSLICE_POD_UID"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["name", "env", "resources", "limits", "requests", "nvidia.com/gpu",
+                         "nvidia.com/gpumem", "tencent.com/vcuda-core", "value", "x"]),
+        inner, max_size=3),
+    max_leaves=12)
+
+
+@st.composite
+def _garbled_pods(draw):
+    pod = gpu_pod(container(limits={"nvidia.com/gpu": "1"}, env=[{"name": "A", "value": "1"}]))
+    where = draw(st.sampled_from([
+        ("metadata", "labels"), ("metadata", "annotations"), ("spec", "containers"),
+        ("spec", "initContainers"), ("spec", "schedulerName"), ("spec", "nodeName"),
+        ("spec", "containers", 0, "env"), ("spec", "containers", 0, "resources"),
+        ("spec", "containers", 0, "resources", "limits"), ("spec", "containers", 0, "name"),
+        ("spec", "containers", 0, "env", 0)]))
+    target = pod
+    for part in where[:-1]:
+        target = target[part]
+    target[where[-1]] = draw(_JSON)
+    return pod
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_garbled_pods())
+def test_garbage_anywhere_gives_a_decision_never_an_exception(pod):
+    decision = decide(pod)
+    assert decision.result in Result
+    if decision.result is Result.PATCHED:
+        apply_patch(pod, decision.patch)
