@@ -9,6 +9,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from webhook_pods import apply_patch
 
 from gpuslice.webhook import review
@@ -103,3 +105,22 @@ def test_warnings_and_status_are_encoded_as_the_api_expects():
     reply = json.loads(review.encode("u", allowed=False, code=422, reason="Invalid",
                                      message="a\nb"))
     assert reply["response"]["status"] == {"code": 422, "reason": "Invalid", "message": "a\nb"}
+
+
+_ANY = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.sampled_from(["uid", "operation", "kind", "object",
+                                                       "dryRun", "request", "apiVersion"]),
+                                      inner, max_size=4), max_leaves=10)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=64) | _ANY.map(lambda v: msgspec.json.encode(
+    {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": v})))
+def test_any_body_decodes_or_is_a_review_error(body):
+    try:
+        got = review.decode(body)
+    except review.ReviewError as exc:
+        assert str(exc), "a ReviewError always says what is wrong"
+    else:
+        assert isinstance(got, review.Request) and isinstance(got.uid, str)
