@@ -103,7 +103,7 @@ async def test_a_released_lease_passes_to_the_follower_without_waiting_for_expir
         assert (await lease_spec(kube_api))["holderIdentity"] in ("", follower.elector.identity)
         await wait_for_leader([follower])
         took = asyncio.get_running_loop().time() - started
-        assert took < 1.0, f"took {took:.2f}s: a released lease is free at once (2 s duration)"
+        assert took < 1.5, f"took {took:.2f}s: a released lease is free at once (2 s duration)"
         spec = await lease_spec(kube_api)
         assert spec["holderIdentity"] == follower.elector.identity
         assert spec["leaseTransitions"] == 1
@@ -120,7 +120,7 @@ async def test_a_leader_that_cannot_renew_steps_down_by_the_deadline_and_the_oth
         while first.elector.is_leader:
             await asyncio.sleep(0.02)
         took = asyncio.get_running_loop().time() - lost_at
-        assert took <= FAST["renew_deadline_s"] + 0.3, f"stepped down after {took:.2f}s"
+        assert took <= FAST["renew_deadline_s"] + 0.5, f"stepped down after {took:.2f}s"
         await asyncio.sleep(0.2)
         assert first.log[-1] == "stopped", "on_stopped_leading told the service"
         faults.reset()
@@ -137,7 +137,7 @@ async def test_is_leader_turns_false_by_the_deadline_even_while_a_renew_hangs(ku
         renewed = asyncio.get_running_loop().time()
         while first.elector.is_leader:
             await asyncio.sleep(0.02)
-        assert asyncio.get_running_loop().time() - renewed <= FAST["renew_deadline_s"] + 0.3
+        assert asyncio.get_running_loop().time() - renewed <= FAST["renew_deadline_s"] + 0.5
         faults.reset()
 
 
@@ -159,5 +159,5 @@ async def test_a_dead_leaders_lease_is_taken_only_after_it_expires(kube_api):
         assert not b.elector.is_leader, "the lease is still within its 2 s duration"
         await wait_for_leader([b])
         took = asyncio.get_running_loop().time() - started
-        assert 1.9 <= took <= 3.0, f"took over after {took:.2f}s, the lease lasts 2 s"
+        assert 1.9 <= took <= 3.5, f"took over after {took:.2f}s, the lease lasts 2 s"
         assert (await lease_spec(kube_api))["leaseTransitions"] == 1
