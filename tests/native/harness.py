@@ -9,6 +9,7 @@ Tests: tests/native/test_*.py (this module is their only entry to the binaries).
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import queue
 import struct
@@ -23,8 +24,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 NATIVE = REPO / "native"
-LIB = NATIVE / "build" / "libgpuslice.so"
-FAKE_DIR = NATIVE / "build" / "fake"
+# GPUSLICE_SANITIZE=asan|tsan: test the library and fake driver built with sanitizers
+# (native/sanitize.mk, `make -C native check-asan`), the sanitizer runtime preloaded first.
+SANITIZE = os.environ.get("GPUSLICE_SANITIZE", "")
+BUILD = NATIVE / "build" / SANITIZE if SANITIZE else NATIVE / "build"
+LIB = BUILD / "libgpuslice.so"
+FAKE_DIR = BUILD / "fake"
+_SAN_ENV = {
+    # verify_asan_link_order=0: `gpuslice run` puts the library ahead of the runtime it NEEDs
+    "ASAN_OPTIONS": "detect_leaks=0:exitcode=86:verify_asan_link_order=0",
+    "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+    "TSAN_OPTIONS": "halt_on_error=1:exitcode=86",
+}
+_SAN_REPORTS = ("ERROR: AddressSanitizer", "runtime error:", "WARNING: ThreadSanitizer")
 PROGS = Path(__file__).resolve().parent / "progs"
 # The CUDA headers: $CUDA_INCLUDE, else $CUDA_HOME/include (default /usr/local/cuda), the same
 # two variables native/Makefile and native/fake/Makefile read (make sees them from the env).
@@ -38,6 +50,15 @@ CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY = 0, 1, 2
 CUDA_ERROR_NOT_FOUND = 500
 
 _ENV_PREFIXES = ("CUDA_", "LIBCUDA_", "FAKE_CUDA_", "GPUSLICE_", "LD_PRELOAD", "NVIDIA_")
+
+
+@functools.cache
+def _sanitizer_runtime() -> str:
+    """Path of the compiler's lib<asan|tsan>.so, which must be the first library a process loads."""
+    name = f"lib{SANITIZE}.so"
+    cc = os.environ.get("CC", "cc")
+    res = subprocess.run([cc, f"-print-file-name={name}"], capture_output=True, text=True)
+    return res.stdout.strip() or name
 
 
 class BuildError(Exception):
@@ -78,9 +99,10 @@ class Binaries:
 
 def build_all(bin_dir: Path) -> Binaries:
     """`make -C native`, `make -C native/fake`, then the probe programs into bin_dir."""
+    san = [f"SANITIZE={SANITIZE}"] if SANITIZE else []
     with _build_lock():
-        _run_build(["make", "-C", "native/fake", "-s"])
-        _run_build(["make", "-C", "native", "-s"])
+        _run_build(["make", "-C", "native/fake", "-s", *san])
+        _run_build(["make", "-C", "native", "-s", *san])
     if not LIB.is_file():
         raise BuildError(f"`make -C native` succeeded but {LIB} does not exist")
     cc = os.environ.get("CC", "cc")
@@ -191,6 +213,8 @@ class Result:
 
     def __post_init__(self) -> None:
         self.lines = [parse_line(t) for t in self.stdout.splitlines() if "rc=" in t]
+        if SANITIZE and any(r in self.stderr for r in _SAN_REPORTS):
+            raise AssertionError(f"{SANITIZE} report:\n{self.describe()}")
 
     def of(self, cmd: str) -> list[Line]:
         return [ln for ln in self.lines if ln.cmd == cmd]
@@ -250,8 +274,12 @@ class Harness:
                 "CUDA_DEVICE_MEMORY_SHARED_CACHE": str(region or self.region),
             }
         )
-        if preload:
-            env["LD_PRELOAD"] = str(self.bins.lib)
+        preloads = [str(self.bins.lib)] if preload else []
+        if SANITIZE:  # the instrumented fake driver needs the runtime even without the library
+            preloads.insert(0, _sanitizer_runtime())
+            env.update(_SAN_ENV, GPUSLICE_LIBRARY=str(self.bins.lib))
+        if preloads:
+            env["LD_PRELOAD"] = ":".join(preloads)
         if limit is not None:
             env["CUDA_DEVICE_MEMORY_LIMIT"] = limit
         env.update(extra or {})
