@@ -1,14 +1,16 @@
 """The node agent's view of the API server: managed pods on this node, and writes that wait.
 
-Owns: the pod store (listed with `spec.nodeName=<node>` and `gpuslice.io/managed=true`: on
-start, every `pod_resync_s`, and on demand when an Allocate finds no pod), the local record
-of containers answered but not yet written to `gpuslice.io/allocated`, and a queue of writes
-(allocated annotations, the node's inventory annotation) flushed with back-off.
+Owns: the pod store (pods with `spec.nodeName=<node>` and `gpuslice.io/managed=true`, kept by
+a kube.cache.Informer (list+watch), listed again on demand when an Allocate finds no pod, and
+every `pod_resync_s` as a safety net), the local record of containers answered but not yet
+written to `gpuslice.io/allocated`, and a queue of writes (allocated annotations, the node's
+inventory annotation) flushed with back-off.
 Does not: decide anything; never blocks the kubelet on the API (Allocate answers from the
 store; writes are queued).
 Invariants: `pods()` shows answered containers in `gpuslice.io/allocated` at once, so two
 Allocate calls never get the same container, whether or not the patch has landed; a pod
-deleted meanwhile drops its queued write (NotFound).
+deleted meanwhile drops its queued write (NotFound); the watch and the on-demand lists feed
+one store, where a pod's version only moves forward (kube.cache.newer).
 On failure: `reachable` turns False, the store keeps its last content, writes stay queued and
 are retried every `retry_s` (doubling to 30 s) until the API server answers again.
 Tests: tests/integration/node/test_agent_against_api.py
@@ -28,6 +30,7 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from gpuslice import handoff
 from gpuslice.kube import errors
+from gpuslice.kube.cache import Change, Informer, newer
 from gpuslice.kube.client import dict_view
 from gpuslice.kube.events import EventRecorder
 from gpuslice.kube.patch import patch_metadata, update_metadata
@@ -64,6 +67,9 @@ class Cluster:
         self._wake = asyncio.Event()
         self._refresh_lock = asyncio.Lock()
         self.last_list = 0.0
+        self.informer: Informer[dict[str, Any]] = Informer(
+            client, Pod, labels={handoff.MANAGED_LABEL: "true"},
+            fields={"spec.nodeName": node}, handler=self._on_change, name="pods on this node")
 
     # ---- reading
     def pods(self) -> list[dict[str, Any]]:
@@ -72,6 +78,24 @@ class Cluster:
             ans = self._answered.get(uid)
             out.append(_merged(pod, ans[2]) if ans else pod)
         return out
+
+    def _put(self, pod: dict[str, Any]) -> None:
+        uid = str(pod["metadata"].get("uid", ""))
+        held = self._pods.get(uid)
+        if held is None or newer(str(pod["metadata"].get("resourceVersion") or ""),
+                                 str(held["metadata"].get("resourceVersion") or "")):
+            self._pods[uid] = pod
+        have = str((self._pods[uid]["metadata"].get("annotations") or {})
+                   .get(handoff.ALLOCATED, "")).split(",")
+        answered = self._answered.get(uid)
+        if answered is not None and all(n in have for n in answered[2]):
+            del self._answered[uid]  # the API has it now
+
+    def _on_change(self, change: Change[dict[str, Any]]) -> None:
+        if change.new is not None:
+            self._put(change.new)
+        elif change.old is not None:
+            self._pods.pop(str(change.old["metadata"].get("uid", "")), None)
 
     async def refresh(self) -> bool:
         """List this node's managed pods now; False (store kept) if the API does not answer."""
@@ -84,17 +108,13 @@ class Cluster:
             except errors.APIError as exc:
                 self._down(exc)
                 return False
-        self._pods = {str(p["metadata"].get("uid", "")): p for p in got}
+        listed = {str(p["metadata"].get("uid", "")) for p in got}
+        for uid in set(self._pods) - listed:
+            del self._pods[uid]
+        for p in got:
+            self._put(p)
         self._up()
         self.last_list = time.time()
-        for uid, (_, _, names) in list(self._answered.items()):
-            pod = self._pods.get(uid)
-            if pod is None:
-                continue
-            have = str(((pod.get("metadata") or {}).get("annotations") or {})
-                       .get(handoff.ALLOCATED, "")).split(",")
-            if all(n in have for n in names):
-                del self._answered[uid]  # the API has it now
         self.synced.set()
         return True
 
@@ -154,10 +174,20 @@ class Cluster:
                 got = None
                 self._answered.pop(uid, None)
             if got is not None:
-                self._pods[uid] = got
+                self._put(got)
 
     async def run(self) -> None:
-        """Keep the store fresh and the queue flushed, forever."""
+        """Watch pods, keep the queue flushed and list again now and then, until cancelled."""
+        watch = asyncio.create_task(self.informer.run())
+        try:
+            await self._writes()
+        finally:
+            self.informer.stop()
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watch
+
+    async def _writes(self) -> None:
         delay = self.retry_s
         next_list = 0.0
         while True:
@@ -175,8 +205,6 @@ class Cluster:
             timeout = delay if self.queued else max(0.0, next_list - time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            if self.queued and not self.reachable:
-                await asyncio.sleep(0)  # let a burst of answers gather
 
     # ---- events (best effort)
     def warn(self, obj: Mapping[str, Any], reason: str, message: str) -> None:

@@ -54,7 +54,7 @@ class NodeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     inflight_timeout_seconds: float = msgspec.field(name="inflightTimeoutSeconds", default=120.0)
     inventory_interval_seconds: float = msgspec.field(name="inventoryIntervalSeconds",
                                                       default=300.0)
-    pod_resync_seconds: float = msgspec.field(name="podResyncSeconds", default=30.0)
+    pod_resync_seconds: float = msgspec.field(name="podResyncSeconds", default=300.0)
     verify_interval_seconds: float = msgspec.field(name="verifyIntervalSeconds", default=10.0)
     xid_recovery_seconds: float = msgspec.field(name="xidRecoverySeconds", default=300.0)
     health_interval_seconds: float = msgspec.field(name="healthIntervalSeconds", default=5.0)

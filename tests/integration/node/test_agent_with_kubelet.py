@@ -185,3 +185,17 @@ async def test_a_pod_newer_than_the_agents_pod_list_still_gets_its_preferred_gpu
     await node.kubelet.wait_devices("nvidia.com/gpu")
     got = await node.kubelet.admit(new)  # without a fresh list: kubelet order, 2 IDs on GPU 0
     assert env_of(got["main"])["GPUSLICE_DEVICE_UUIDS"] == f"{gpu(1)},{gpu(0)}"
+
+
+async def test_the_pod_store_follows_the_watch_without_listing_again(node):
+    await wait_for(node.agent.cluster.informer.synced.is_set, "informer synced")
+    lists = node.agent.cluster.last_list
+    p = await create(node.client, pod("watched", [container("main")], {"main": [gpu(0)]},
+                                      at=time.time()))
+    uid = p["metadata"]["uid"]
+    await wait_for(lambda: any(x["metadata"]["uid"] == uid for x in node.agent.cluster.pods()),
+                   "the new pod in the store")
+    await node.client.delete(dict_view(Pod), "watched", namespace="default", grace_period=0)
+    await wait_for(lambda: all(x["metadata"]["uid"] != uid for x in node.agent.cluster.pods()),
+                   "the deleted pod gone from the store")
+    assert node.agent.cluster.last_list == lists, "no list needed: the watch delivered both"
