@@ -13,8 +13,6 @@ import pytest
 from harness import CUDA_INCLUDE, Binaries, BuildError, Harness, build_all
 
 _cached: dict[str, Binaries | BuildError] = {}
-
-
 _SKIP = "cannot build libgpuslice here: "
 
 
