@@ -155,6 +155,12 @@ def translate(what: str = "") -> Iterator[None]:
         yield
     except Exception as exc:
         typed = from_exception(exc, what)
+        if typed is None and isinstance(exc, KeyError) and isinstance(
+                exc.__context__, httpx2.HTTPStatusError):
+            # lightkube 1.0 raises KeyError('Content-Type') for an error reply without that
+            # header (a bare 503 from a proxy): use the reply it was handling
+            exc = exc.__context__
+            typed = from_exception(exc, what)
         if typed is None or typed is exc:
             raise
         raise typed from exc

@@ -5,7 +5,9 @@ from __future__ import annotations
 import httpx2
 import msgspec
 import pytest
+from kube_helpers import mock_client
 from lightkube import ApiError
+from lightkube.resources.core_v1 import Pod
 
 from gpuslice.errors import GpusliceError
 from gpuslice.kube import errors
@@ -110,3 +112,10 @@ def test_an_already_typed_error_is_not_wrapped_twice():
     with pytest.raises(errors.NotFound) as info, errors.translate("outer"):
         raise inner
     assert info.value is inner
+
+
+async def test_an_error_reply_without_content_type_is_unavailable_not_a_key_error():
+    async with mock_client(lambda r: httpx2.Response(503, content=b"")) as client:
+        with pytest.raises(errors.Unavailable, match=r"get pod: .*HTTP 503"), \
+                errors.translate("get pod"):
+            await client.get(Pod, "web-0", namespace="ml")
