@@ -178,11 +178,13 @@ class Informer(Generic[T]):
                         log.warning("watch of %s ended at once; retrying in %.1fs", self.name,
                                     delay, extra={"resource": self.name})
             except (_Restart, errors.Gone) as exc:
-                self.resource_version = None  # relist at once, unless the last list was
-                if just_listed and not getattr(exc, "delivered", 0):  # outdated at once
+                self.resource_version = None  # list again at once, unless a list itself
+                # expired (paging too slow) or the last list was outdated at once
+                if listing or (just_listed and not getattr(exc, "delivered", 0)):
                     delay = self.backoff.next_delay()
-                    log.warning("watch of %s: 410 Gone right after a list; listing again "
-                                "in %.1fs", self.name, delay)
+                    log.warning("%s of %s: 410 Gone %s; listing again in %.1fs",
+                                "list" if listing else "watch", self.name,
+                                "while paging" if listing else "right after a list", delay)
             except errors.Invalid:
                 raise  # a bad selector or resource: retrying cannot help
             except errors.APIError as exc:

@@ -83,3 +83,11 @@ async def test_a_list_that_fails_is_retried_with_back_off_and_synced_waits_for_i
         await informer.run(_iterations=1)
     assert informer.synced.is_set() and len(backoff.delays) == 2
     assert informer.relists == 0, "the first successful list is not a relist"
+
+
+async def test_a_list_whose_continue_token_expired_starts_over_after_a_wait():
+    expired = status(410, "Expired", "The provided continue parameter is too old")
+    api = ScriptedAPI(lists=[expired, expired, ([pod("a", 1)], 5)], watches=[])
+    informer, seen, backoff = await run(api)
+    assert len(backoff.delays) == 2 and informer.synced.is_set()
+    assert summary(seen) == [("ADDED", "ml/a")]
