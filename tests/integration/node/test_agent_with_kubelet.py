@@ -199,3 +199,19 @@ async def test_the_pod_store_follows_the_watch_without_listing_again(node):
     await wait_for(lambda: all(x["metadata"]["uid"] != uid for x in node.agent.cluster.pods()),
                    "the deleted pod gone from the store")
     assert node.agent.cluster.last_list == lists, "no list needed: the watch delivered both"
+
+
+async def test_a_process_without_the_library_on_a_shared_gpu_is_a_limit_violation(node):
+    p = await create(node.client, pod("shared", [container("main")], {"main": [gpu(0)]},
+                                      at=time.time() - 1))
+    await node.kubelet.wait_devices("nvidia.com/gpu")
+    await node.kubelet.admit(p)
+    node.backend.set_processes(gpu(0), {4_000_000: 512 << 20})  # in no region slot
+    await node.agent._watchdog_once()
+    assert node.agent.metrics.violations.labels("unmanaged")._value.get() == 1
+    await node.agent.cluster.events.flush()
+    events = [e async for e in node.client.list(dict_view(Event), namespace="*")]
+    hit = [e for e in events if e["reason"] == "LimitViolation"]
+    assert hit and hit[0]["involvedObject"]["kind"] == "Node", \
+        "a process of no pod is reported on the node"
+    assert "without libgpuslice" in hit[0]["message"]
