@@ -8,9 +8,9 @@ leading, renew every `retry_period_s`; step down (is_leader False, on_stopped_le
 renew succeeded for `renew_deadline_s`; release on stop (holderIdentity "" and a 1 s duration,
 so another replica takes over at once). Every write carries the resourceVersion it was
 computed from: two replicas racing for one Lease get one success and one 409.
-Invariant: `is_leader` is computed from the last successful renew, so it turns False by the
-renew deadline even while an API call hangs; renew_deadline_s < lease_duration_s keeps the
-old leader's view ending before anyone else may acquire.
+Invariant: `is_leader` is computed from when the last successful renew was sent, so it turns
+False by the renew deadline even while an API call hangs; renew_deadline_s <
+lease_duration_s keeps the old leader's view ending before anyone else may acquire.
 Does not: fence writes (a paused process may act after losing the Lease; the extender's
 writes carry resourceVersions for that). RBAC: get, create, patch on leases (the namespace).
 Tests: tests/unit/kube/test_lease.py, tests/integration/kube/test_two_electors_one_leader.py
@@ -108,8 +108,8 @@ class LeaderElector:
         log.info("%s is now the leader (lease %s/%s)", self.identity, self.namespace,
                  self.name, extra={"lease": self.name})
         if self.recorder is not None and self._lease is not None:
-            await self.recorder.record(self._lease, "Normal", "LeaderElection",
-                                       f"{self.identity} became leader")
+            self.recorder.emit(self._lease, "Normal", "LeaderElection",
+                               f"{self.identity} became leader")
         await self._call(self.on_started_leading)
 
     async def _lead(self) -> None:
@@ -142,7 +142,7 @@ class LeaderElector:
 
     async def _attempt(self) -> bool:
         view = dict_view(Lease)
-        now_s = _micro_time()
+        now_s, sent_at = _micro_time(), self.clock()  # sent_at: a renew counts from its start
         try:
             with errors.translate(f"get lease {self.namespace}/{self.name}"):
                 lease = dict(await self.client.get(view, self.name, namespace=self.namespace))
@@ -154,7 +154,7 @@ class LeaderElector:
                              "acquireTime": now_s, "renewTime": now_s, "leaseTransitions": 0}}
             with errors.translate(f"create lease {self.namespace}/{self.name}"):
                 created = await self.client.create(view(body), namespace=self.namespace)
-            return await self._held(dict(created))
+            return await self._held(dict(created), sent_at)
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         await self._observe(holder, str(spec.get("renewTime") or ""),
@@ -173,14 +173,14 @@ class LeaderElector:
         with errors.translate(f"update lease {self.namespace}/{self.name}"):
             updated = await self.client.patch(view, self.name, patch, namespace=self.namespace,
                                               patch_type=PatchType.MERGE)
-        return await self._held(dict(updated))
+        return await self._held(dict(updated), sent_at)
 
-    async def _held(self, lease: dict[str, Any]) -> bool:
+    async def _held(self, lease: dict[str, Any], sent_at: float) -> bool:
         self._lease = lease
         spec = lease.get("spec") or {}
         await self._observe(spec.get("holderIdentity") or "", str(spec.get("renewTime") or ""),
                             int(spec.get("leaseDurationSeconds") or self.lease_duration_s))
-        self._renewed_at = self.clock()
+        self._renewed_at = sent_at  # not the reply's arrival: a slow reply must not extend it
         return True
 
     async def _observe(self, holder: str, renew_time: str, duration: int) -> None:

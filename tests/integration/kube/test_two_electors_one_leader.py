@@ -9,8 +9,10 @@ from contextlib import asynccontextmanager
 
 import pytest
 from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Event
 
 from gpuslice.kube.client import dict_view, make_client
+from gpuslice.kube.events import EventRecorder
 from gpuslice.kube.lease import LeaderElector
 
 pytestmark = pytest.mark.timeout(60)
@@ -161,3 +163,17 @@ async def test_a_dead_leaders_lease_is_taken_only_after_it_expires(kube_api):
         took = asyncio.get_running_loop().time() - started
         assert 1.9 <= took <= 3.5, f"took over after {took:.2f}s, the lease lasts 2 s"
         assert (await lease_spec(kube_api))["leaseTransitions"] == 1
+
+
+async def test_becoming_leader_is_recorded_as_an_event_on_the_lease(kube_api):
+    async with make_client(str(kube_api.kubeconfig)) as client:
+        recorder = EventRecorder(client, "gpuslice-scheduler")
+        replica = Replica(client, "a", recorder=recorder)
+        replica.start()
+        await wait_for_leader([replica])
+        await recorder.flush()
+        [event] = [e async for e in client.list(dict_view(Event), namespace="default")]
+        await replica.stop()
+    assert (event["reason"], event["message"]) == ("LeaderElection", "a became leader")
+    assert event["involvedObject"]["kind"] == "Lease"
+    assert event["involvedObject"]["apiVersion"] == "coordination.k8s.io/v1"
