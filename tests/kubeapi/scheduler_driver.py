@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx2 as httpx
+import aiohttp
 
 from . import scheduler_filters as filters
 
@@ -118,7 +118,11 @@ class SchedulerDriver:
         self.nodes: dict[str, Obj] = {}
         self._assumed: dict[str, str] = {}  # pod key -> node, until the watch shows it bound
         self._bound: set[str] = set()  # keys of this scheduler's pods that are bound
+        self._placed: dict[str, tuple[str, dict[str, float]]] = {}  # key -> (node, requests)
+        self._used: dict[str, dict[str, float]] = {}  # node -> requests of pods placed there
+        self._allocatable: dict[str, dict[str, float]] = {}  # node -> allocatable, parsed
         self._pending: dict[str, _Pending] = {}
+        self._unschedulable: set[str] = set()  # keys of pending pods in that state
         self._heap: list[tuple[int, str, int, str]] = []
         self._seq = itertools.count()
         self._wake = asyncio.Event()
@@ -127,18 +131,24 @@ class SchedulerDriver:
         self._binds: set[asyncio.Task[None]] = set()
         self._random = random.Random(config.seed)
         self._next_start = 0
-        self._api: httpx.AsyncClient | None = None
-        self._extender: httpx.AsyncClient | None = None
+        self._api: aiohttp.ClientSession | None = None
+        self._extender: aiohttp.ClientSession | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> SchedulerDriver:
         from lightkube import KubeConfig
-        from lightkube.config.client_adapter import AsyncClient, ConnectionParams
+        from lightkube.config.client_adapter import verify_cluster
 
         config = KubeConfig.from_file(self.kubeconfig).get()
-        self._api = AsyncClient(config, ConnectionParams(timeout=httpx.Timeout(30)))
-        self._extender = httpx.AsyncClient(timeout=self.config.http_timeout, headers=GO_HEADERS)
+        tls = verify_cluster(config.cluster, config.user, config.abs_file)
+        headers = {"Authorization": f"Bearer {config.user.token}"} if config.user.token else {}
+        self._api = aiohttp.ClientSession(
+            base_url=config.cluster.server, headers=headers,
+            connector=aiohttp.TCPConnector(ssl=tls, limit=32),
+            timeout=aiohttp.ClientTimeout(total=30))
+        self._extender = aiohttp.ClientSession(
+            headers=GO_HEADERS, timeout=aiohttp.ClientTimeout(total=self.config.http_timeout))
         synced = [asyncio.get_running_loop().create_future() for _ in range(2)]
         self._tasks = [asyncio.create_task(self._informer("/api/v1/nodes", self._on_node,
                                                           synced[0])),
@@ -156,9 +166,9 @@ class SchedulerDriver:
         for task in [*self._tasks, *self._binds]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        for client in (self._api, self._extender):
-            if client:
-                await client.aclose()
+        for session in (self._api, self._extender):
+            if session:
+                await session.close()
 
     async def wait_until_bound(self, count: int, timeout: float) -> int:
         """Wait until `count` pods of this scheduler are bound; return how many are."""
@@ -177,9 +187,9 @@ class SchedulerDriver:
         backoff = 0.1
         while True:
             try:
-                reply = await self._api.get(path)
-                reply.raise_for_status()
-                body = reply.json()
+                async with self._api.get(path) as reply:
+                    reply.raise_for_status()
+                    body = await reply.json()
                 handle("SYNC", body["items"])
                 if not synced.done():
                     synced.set_result(None)
@@ -187,7 +197,7 @@ class SchedulerDriver:
                 while rv:
                     rv = await self._watch(path, rv, handle)
                 backoff = 0.1
-            except (httpx.HTTPError, ValueError, KeyError) as e:
+            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError) as e:
                 log.warning("informer %s: %s; retrying in %.1f s", path, e, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
@@ -197,12 +207,10 @@ class SchedulerDriver:
         assert self._api is not None
         params = {"watch": "true", "resourceVersion": rv, "allowWatchBookmarks": "true",
                   "timeoutSeconds": "300"}
-        async with self._api.stream("GET", path, params=params,
-                                    timeout=httpx.Timeout(30, read=None)) as reply:
+        async with self._api.get(path, params=params, timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=30)) as reply:
             reply.raise_for_status()
-            async for line in reply.aiter_lines():
-                if not line.strip():
-                    continue
+            async for line in _lines(reply):
                 event = json.loads(line)
                 if event["type"] == "ERROR":
                     return ""
@@ -213,17 +221,20 @@ class SchedulerDriver:
 
     def _on_node(self, kind: str, nodes: list[Obj]) -> None:
         if kind == "SYNC":
-            self.nodes = {}
+            self.nodes, self._allocatable = {}, {}
         for node in nodes:
+            name = node["metadata"]["name"]
             if kind == "DELETED":
-                self.nodes.pop(node["metadata"]["name"], None)
+                self.nodes.pop(name, None)
+                self._allocatable.pop(name, None)
             else:
-                self.nodes[node["metadata"]["name"]] = node
+                self.nodes[name] = node
+                self._allocatable[name] = filters.node_allocatable(node)
         self._cluster_changed()
 
     def _on_pod(self, kind: str, pods: list[Obj]) -> None:
         if kind == "SYNC":
-            self.pods, self._bound = {}, set()
+            self.pods, self._bound, self._placed, self._used = {}, set(), {}, {}
         freed = False
         for pod in pods:
             key = _key(pod)
@@ -233,6 +244,7 @@ class SchedulerDriver:
                 self.pods.pop(key, None)
                 self._pending.pop(key, None)
                 self._bound.discard(key)
+                self._place(key, None)
                 freed = freed or bound
                 continue
             self.pods[key] = pod
@@ -242,6 +254,7 @@ class SchedulerDriver:
                 if self._ours(pod):
                     self._bound.add(key)
                 ended = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                self._place(key, None if ended else pod["spec"]["nodeName"])
                 freed = freed or (ended and old is not None and old.get("status") != pod.get(
                     "status"))
             elif self._ours(pod) and not pod["metadata"].get("deletionTimestamp") and \
@@ -256,11 +269,16 @@ class SchedulerDriver:
     def _cluster_changed(self) -> None:
         """Something that may make room happened: unschedulable pods go back to the queue
         (they still wait out their back-off)."""
-        for pending in self._pending.values():
-            if pending.state == "unschedulable":
-                pending.state = "queued"
-                self._push(self.pods[pending.pod_key])
+        self._requeue(self._unschedulable)
         self._wake.set()
+
+    def _requeue(self, keys: set[str]) -> None:
+        for key in list(keys):
+            self._unschedulable.discard(key)
+            pending = self._pending.get(key)
+            if pending is not None and pending.state == "unschedulable" and key in self.pods:
+                pending.state = "queued"
+                self._push(self.pods[key])
 
     def _ours(self, pod: Obj) -> bool:
         return pod["spec"].get("schedulerName") == self.config.scheduler_name
@@ -290,10 +308,8 @@ class SchedulerDriver:
 
     def _pop_ready(self) -> str | None:
         now = time.monotonic()
-        for pending in self._pending.values():
-            if pending.state == "unschedulable" and pending.flush_at <= now:
-                pending.state = "queued"
-                self._push(self.pods[pending.pod_key])
+        self._requeue({k for k in self._unschedulable
+                       if k not in self._pending or self._pending[k].flush_at <= now})
         deferred, found = [], None
         while self._heap:
             entry = heapq.heappop(self._heap)
@@ -328,6 +344,7 @@ class SchedulerDriver:
             await self._failed(pod, pending, e.message, wait_for_event=True)
             return
         self._assumed[key] = node
+        self._place(key, node)
         bind = self._bind(pod, node, pending)
         if self.config.async_binding:
             task = asyncio.create_task(bind)
@@ -360,8 +377,8 @@ class SchedulerDriver:
 
     def _own_filters(self, pod: Obj, names: list[str]) -> tuple[list[str], dict[str, str],
                                                                  set[str]]:
-        ignored = [n for n, skip in self.config.managed_resources.items() if skip]
-        used = self._used_per_node()
+        ignored = {n for n, skip in self.config.managed_resources.items() if skip}
+        requests = filters.pod_requests(pod)
         want = filters.nodes_to_find(len(names), self.config.percentage_of_nodes_to_score)
         feasible: list[str] = []
         reasons: dict[str, str] = {}
@@ -372,7 +389,9 @@ class SchedulerDriver:
                 break
             name = names[(start + i) % len(names)]
             checked += 1
-            why = filters.node_reasons(pod, self.nodes[name], used.get(name, {}), ignored)
+            why = filters.node_reasons(pod, self.nodes[name], requests,
+                                       self._allocatable[name], self._used.get(name, {}),
+                                       ignored)
             if why:
                 reasons[name] = why[0]
             else:
@@ -381,20 +400,23 @@ class SchedulerDriver:
         unresolvable = {n for n, r in reasons.items() if r.startswith(UNRESOLVABLE_OWN)}
         return feasible, reasons, unresolvable
 
-    def _used_per_node(self) -> dict[str, dict[str, float]]:
-        used: dict[str, dict[str, float]] = {}
-        placed = {k: p["spec"]["nodeName"] for k, p in self.pods.items()
-                  if p["spec"].get("nodeName") and (p.get("status") or {}).get("phase") not in
-                  ("Succeeded", "Failed")}
-        placed.update(self._assumed)
-        for key, node in placed.items():
-            pod = self.pods.get(key)
-            if pod is None:
-                continue
-            totals = used.setdefault(node, {})
-            for name, value in filters.pod_requests(pod).items():
+    def _place(self, key: str, node: str | None) -> None:
+        """Account `key`'s requests to `node` (None: to no node), as the scheduler cache does
+        for bound and assumed pods."""
+        placed = self._placed.get(key)
+        if placed and placed[0] == node:
+            return
+        if placed:
+            totals = self._used[placed[0]]
+            for name, value in placed[1].items():
+                totals[name] -= value
+            del self._placed[key]
+        if node is not None and key in self.pods:
+            requests = filters.pod_requests(self.pods[key])
+            self._placed[key] = (node, requests)
+            totals = self._used.setdefault(node, {})
+            for name, value in requests.items():
                 totals[name] = totals.get(name, 0) + value
-        return used
 
     def _interested(self, pod: Obj) -> bool:
         managed = self.config.managed_resources
@@ -416,19 +438,23 @@ class SchedulerDriver:
         url = f"{self.config.url_prefix.rstrip('/')}/{verb}"
         start = time.perf_counter()
         try:
-            reply = await self._extender.post(url, content=json.dumps(body).encode())
-        except httpx.TimeoutException:
+            async with self._extender.post(url, data=json.dumps(body).encode()) as reply:
+                if reply.status != 200:
+                    raise ExtenderError(f"failed {verb} with extender at URL {url}, code "
+                                        f"{reply.status}")
+                raw = await reply.read()
+        except TimeoutError:
             raise ExtenderError(f'Post "{url}": context deadline exceeded (Client.Timeout '
                                 "exceeded while awaiting headers)") from None
-        except httpx.HTTPError as e:
+        except aiohttp.ClientConnectorError as e:
+            raise ExtenderError(f'Post "{url}": dial tcp {e.host}:{e.port}: connect: '
+                                f"{e.strerror or e}") from None
+        except aiohttp.ClientError as e:
             raise ExtenderError(f'Post "{url}": {e}') from None
         finally:
             self.stats.verb_seconds.setdefault(verb, []).append(time.perf_counter() - start)
-        if reply.status_code != 200:
-            raise ExtenderError(f"failed {verb} with extender at URL {url}, code "
-                                f"{reply.status_code}")
         try:
-            return reply.json()
+            return json.loads(raw)
         except ValueError as e:
             raise ExtenderError(f"{verb}: extender reply is not JSON: {e}") from None
 
@@ -451,8 +477,11 @@ class SchedulerDriver:
         except ExtenderError as e:  # kube-scheduler ignores prioritize errors
             log.warning("prioritize failed, scores ignored: %s", e)
             return {}
-        return {h["host"]: int(h.get("score", 0)) * self.config.weight
-                for h in map(_fold_keys, reply or [])}
+        scores: dict[str, int] = {}
+        for item in reply if isinstance(reply, list) else []:
+            host = item.get("Host", item.get("host"))  # Go decodes keys ignoring case
+            scores[host] = int(item.get("Score", item.get("score", 0))) * self.config.weight
+        return scores
 
     # ---- binding and failures -------------------------------------------------------------
 
@@ -469,6 +498,7 @@ class SchedulerDriver:
                 await self._default_bind(pod, node)
         except ExtenderError as e:
             self._assumed.pop(_key(pod), None)
+            self._place(_key(pod), None)
             await self._failed(pod, pending, f"binding rejected: {e}", wait_for_event=False)
             return
         await self._event(pod, "Normal", "Scheduled",
@@ -477,13 +507,17 @@ class SchedulerDriver:
     async def _default_bind(self, pod: Obj, node: str) -> None:
         assert self._api is not None
         meta = pod["metadata"]
-        reply = await self._api.post(
-            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding",
-            json={"apiVersion": "v1", "kind": "Binding", "metadata": {
-                "name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
-                "target": {"kind": "Node", "name": node}})
-        if reply.status_code >= 300:
-            raise ExtenderError(reply.json().get("message", reply.text))
+        try:
+            async with self._api.post(
+                    f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding",
+                    json={"apiVersion": "v1", "kind": "Binding", "metadata": {
+                        "name": meta["name"], "namespace": meta["namespace"],
+                        "uid": meta["uid"]}, "target": {"kind": "Node", "name": node}}) as reply:
+                if reply.status >= 300:
+                    body = await reply.json(content_type=None)
+                    raise ExtenderError(body.get("message", str(body)))
+        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+            raise ExtenderError(f"binding {meta['name']}: {e}") from None
 
     async def _failed(self, pod: Obj, pending: _Pending, message: str,
                       wait_for_event: bool) -> None:
@@ -496,7 +530,9 @@ class SchedulerDriver:
                 self.config.initial_backoff * 2 ** (pending.attempts - 1), self.config.max_backoff)
             pending.flush_at = now + self.config.unschedulable_timeout
             pending.state = "unschedulable" if wait_for_event else "queued"
-            if not wait_for_event:
+            if wait_for_event:
+                self._unschedulable.add(key)
+            else:
                 self._push(pod)
         await self._event(pod, "Warning", "FailedScheduling", message)
         await self._mark_unschedulable(pod, message)
@@ -507,11 +543,12 @@ class SchedulerDriver:
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                      "message": message, "lastProbeTime": None,
                      "lastTransitionTime": _now()}
-        with contextlib.suppress(httpx.HTTPError):
-            await self._api.patch(
-                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
-                content=json.dumps({"status": {"conditions": [condition]}}).encode(),
-                headers={"Content-Type": "application/strategic-merge-patch+json"})
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with self._api.patch(
+                    f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+                    data=json.dumps({"status": {"conditions": [condition]}}).encode(),
+                    headers={"Content-Type": "application/strategic-merge-patch+json"}):
+                pass
 
     async def _event(self, pod: Obj, kind: str, reason: str, message: str) -> None:
         """A core/v1 Event, best effort (as kube-scheduler's recorder)."""
@@ -528,8 +565,10 @@ class SchedulerDriver:
                 "reportingComponent": self.config.scheduler_name,
                 "firstTimestamp": now, "lastTimestamp": now, "count": 1}
         try:
-            await self._api.post(f"/api/v1/namespaces/{meta['namespace']}/events", json=body)
-        except httpx.HTTPError as e:
+            async with self._api.post(f"/api/v1/namespaces/{meta['namespace']}/events",
+                                      json=body) as reply:
+                reply.raise_for_status()
+        except (aiohttp.ClientError, TimeoutError) as e:
             log.warning("event %s for %s/%s not posted: %s", reason, meta["namespace"],
                         meta["name"], e)
 
@@ -538,6 +577,19 @@ class _Unschedulable(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+async def _lines(reply: aiohttp.ClientResponse) -> Any:
+    """The stream's lines, however long (aiohttp's readline stops at 64 KiB)."""
+    buffer = b""
+    async for chunk in reply.content.iter_any():
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield buffer
 
 
 def _key(obj: Obj) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 Obj = dict[str, Any]
@@ -57,9 +57,17 @@ def requested_names(pod: Mapping[str, Any]) -> set[str]:
     return names
 
 
-def node_reasons(pod: Obj, node: Obj, used: Mapping[str, float],
-                 ignored: Iterable[str]) -> list[str]:
-    """Why `pod` cannot go to `node` by the scheduler's own filters ([] = it fits)."""
+def node_allocatable(node: Mapping[str, Any]) -> dict[str, float]:
+    """The node's allocatable resources as numbers (callers keep it per node)."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return {name: quantity(value) for name, value in allocatable.items()}
+
+
+def node_reasons(pod: Obj, node: Obj, requests: Mapping[str, float],
+                 allocatable: Mapping[str, float], used: Mapping[str, float],
+                 ignored: Collection[str]) -> list[str]:
+    """Why `pod` (asking for `requests`, see pod_requests) cannot go to `node` (`allocatable`
+    from node_allocatable, `used` by pods there) by the scheduler's own filters ([] = fits)."""
     spec, node_spec = pod.get("spec") or {}, node.get("spec") or {}
     reasons: list[str] = []
     if node_spec.get("unschedulable") and not _tolerates(spec, {
@@ -73,12 +81,10 @@ def node_reasons(pod: Obj, node: Obj, used: Mapping[str, float],
             reasons.append(f"node(s) had untolerated taint {{{taint.get('key')}: "
                            f"{taint.get('value', '')}}}")
             break
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    skip = set(ignored)
-    for name, want in sorted(pod_requests(pod).items()):
-        if name in skip or want <= 0:
+    for name, want in sorted(requests.items()):
+        if name in ignored or want <= 0:
             continue
-        have = quantity(allocatable.get(name, 0)) - used.get(name, 0)
+        have = allocatable.get(name, 0) - used.get(name, 0)
         if want > have:
             reasons.append("Too many pods" if name == "pods" else f"Insufficient {name}")
     return reasons
