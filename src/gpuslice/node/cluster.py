@@ -5,15 +5,14 @@ a kube.cache.Informer (list+watch), listed again on demand when an Allocate find
 every `pod_resync_s` as a safety net), the local record of containers answered but not yet
 written to `gpuslice.io/allocated`, and a queue of writes (allocated annotations, the node's
 inventory annotation) flushed with back-off.
-Does not: decide anything; never blocks the kubelet on the API (Allocate answers from the
-store; writes are queued).
+Does not: decide anything, or make the kubelet wait on the API (writes are queued).
 Invariants: `pods()` shows answered containers in `gpuslice.io/allocated` at once, so two
 Allocate calls never get the same container, whether or not the patch has landed; a pod
 deleted meanwhile drops its queued write (NotFound); the watch and the on-demand lists feed
 one store, where a pod's version only moves forward (kube.cache.newer).
 On failure: `reachable` turns False, the store keeps its last content, writes stay queued and
 are retried every `retry_s` (doubling to 30 s) until the API server answers again.
-Tests: tests/integration/node/test_agent_against_api.py
+Tests: tests/integration/node/test_agent_with_kubelet.py
 """
 
 from __future__ import annotations

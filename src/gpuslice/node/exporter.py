@@ -8,7 +8,8 @@ Invariants: a region that cannot be read (a tenant's FIFO, symlink, huge or fore
 counted in gpuslice_region_unreadable and skipped; a GPU NVML cannot query is skipped and
 shows as gpuslice_gpu_healthy 0. Compute busy time is a true counter: the collector keeps the
 busy seconds of processes that have exited, so it never goes down while the container lives.
-Tests: tests/integration/node/test_exporter_reads_real_regions.py, tests/unit/node/test_exporter.py
+Tests: tests/integration/node/test_exporter_reads_real_regions.py,
+tests/unit/node/test_metric_names.py
 """
 
 from __future__ import annotations

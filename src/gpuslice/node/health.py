@@ -4,7 +4,7 @@ Owns: the per-GPU health state the device plugin advertises and the inventory pu
 Does not: wait for events (agent.py runs the backend's blocking wait in a thread) or publish.
 Invariants: a GPU is unhealthy while NVML cannot query it, and for `recovery_s` after its last
 critical XID; it is healthy again once both have passed (a reset GPU comes back by itself).
-Tests: tests/unit/node/test_health.py
+Tests: tests/unit/node/test_nvml.py, tests/integration/node/test_agent_with_kubelet.py
 """
 
 from __future__ import annotations

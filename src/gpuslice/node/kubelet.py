@@ -8,7 +8,7 @@ serve afresh and register again.
 Does not: depend on the API server (the kubelet is served while it is away).
 Failure: a refused or timed-out registration is logged and retried every poll; `registered`
 says which resources the current kubelet knows (readiness).
-Tests: tests/integration/node/test_kubelet_restart_reregisters.py
+Tests: tests/integration/node/test_agent_with_kubelet.py
 """
 
 from __future__ import annotations

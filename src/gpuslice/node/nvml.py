@@ -7,8 +7,7 @@ Does not: decide health (health.py), publish anything or keep state between call
 Failure: no driver / no GPU / NVML init error -> EnvironmentProblem (exit 3) saying what to
 check; a query a platform does not support (NUMA id in a VM, power on some boards) gives None,
 never an exception. A GPU that stops answering raises GPULost from stats()/processes().
-Tests: tests/unit/node/test_nvml_fake.py, tests/unit/node/test_nvml_real_errors.py,
-tests/gpu/test_node_agent_on_gpu.py
+Tests: tests/unit/node/test_nvml.py, tests/gpu/test_node_agent_on_gpu.py
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ Does not: decide anything about pods (allocate.py, through the agent) or own soc
 (kubelet.py serves and registers it).
 Failure: an AllocateError becomes FAILED_PRECONDITION with its message (the kubelet shows it
 in the pod's events); anything unexpected is logged and answered INTERNAL, never a hang.
-Tests: tests/integration/node/test_kubelet_*.py (through the kubelet emulator)
+Tests: tests/unit/node/test_verify.py, tests/integration/node/test_agent_with_kubelet.py
+(through the kubelet emulator)
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ watchdog.py) or decide which pods are gone (the watchdog asks the cluster view).
 Invariant: the files are the tenant's, so they are never trusted: directories are walked
 without following symlinks, and files read with shim.Region.read (no symlink, no FIFO, a
 bounded read); anything it refuses is a `problem` string, never a hang or a crash.
-Tests: tests/unit/node/test_regions.py
+Tests: tests/integration/node/test_exporter_reads_real_regions.py
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ a fresh pod list: never while the API server is away).
 Does not: enforce anything inside containers (the library does; this is the backstop).
 Failure: a GPU NVML cannot query is skipped this round; a process that exits before the kill
 is fine (ProcessLookupError ignored).
-Tests: tests/unit/node/test_watchdog.py, tests/gpu/test_node_agent_on_gpu.py
+Tests: tests/integration/node/test_exporter_reads_real_regions.py,
+tests/gpu/test_node_agent_on_gpu.py
 """
 
 from __future__ import annotations
