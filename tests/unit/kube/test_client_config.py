@@ -119,3 +119,18 @@ async def test_make_client_builds_an_async_client_for_the_context(clean_env):
         assert api.config.cluster.server == "https://k.test:6443"
     finally:
         await api.close()
+
+
+def test_dict_view_keeps_the_api_path_and_leaves_lightkubes_registry_alone():
+    from lightkube.core.resource_registry import resource_registry
+    from lightkube.resources.coordination_v1 import Lease
+    from lightkube.resources.core_v1 import Node, Pod
+
+    view = client.dict_view(Pod)
+    assert view is client.dict_view(Pod), "one class per resource (cached)"
+    assert view._api_info is Pod._api_info and issubclass(view, dict)
+    assert client.dict_view(Lease)._api_info.resource.group == "coordination.k8s.io"
+    assert client.dict_view(Node)({"metadata": {"name": "n"}})["metadata"]["name"] == "n"
+    assert resource_registry.get("v1", "Pod") in (None, Pod), "the typed class is not shadowed"
+    with pytest.raises(TypeError, match="not a lightkube resource class"):
+        client.dict_view(dict)
