@@ -163,8 +163,10 @@ def _quantity(req: model.SliceRequest, dialect: str) -> int:
     return req.count
 
 
-def _requests_with_place(pod: Mapping[str, Any]) -> list[tuple[str, int, DeviceRequest, bool]]:
-    parsed = dialects.parse_pod(pod)  # RequestError lists every problem of the pod
+def _requests_with_place(pod: Mapping[str, Any], defaults: dialects.Defaults | None
+                         ) -> list[tuple[str, int, DeviceRequest, bool]]:
+    # RequestError lists every problem of the pod
+    parsed = dialects.parse_pod(pod) if defaults is None else dialects.parse_pod(pod, defaults)
     by_name = {s.container: s for s in parsed.slices}
     out, problems = [], []
     for key, i, c in _containers(pod):
@@ -187,19 +189,23 @@ def _requests_with_place(pod: Mapping[str, Any]) -> list[tuple[str, int, DeviceR
     return out
 
 
-def device_requests(pod: Mapping[str, Any]) -> tuple[DeviceRequest, ...]:
+def device_requests(pod: Mapping[str, Any], defaults: dialects.Defaults | None = None
+                    ) -> tuple[DeviceRequest, ...]:
     """Each GPU container's device request in kubelet order (init containers first).
 
     Raises RequestError (every problem) for a pod the dialects reject or a GPU Manager
-    container without a positive vcuda-core."""
-    return tuple(r for _, _, r, _ in _requests_with_place(pod))
+    container without a positive vcuda-core. `defaults` matter only for a GPU Manager container
+    that names no vcuda-core (its quantity is the default cores); once the webhook has added
+    the device resource, every reader gets the same answer whatever its defaults."""
+    return tuple(r for _, _, r, _ in _requests_with_place(pod, defaults))
 
 
-def missing_device_resources(pod: Mapping[str, Any]) -> tuple[tuple[str, int, str, int], ...]:
+def missing_device_resources(pod: Mapping[str, Any], defaults: dialects.Defaults | None = None
+                             ) -> tuple[tuple[str, int, str, int], ...]:
     """(spec list, index, resource, quantity) for GPU containers that do not name their device
     resource yet: what the webhook adds to their limits so the kubelet calls Allocate."""
     return tuple((key, i, r.resource, r.quantity)
-                 for key, i, r, named in _requests_with_place(pod) if not named)
+                 for key, i, r, named in _requests_with_place(pod, defaults) if not named)
 
 
 def _shape(requests: tuple[DeviceRequest, ...], assignment: model.PodAssignment,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuslice import codec, handoff, model
+from gpuslice import codec, dialects, handoff, model
 from gpuslice.errors import RequestError
 
 NOW = 1_800_000_000.0
@@ -89,6 +89,12 @@ def test_a_gpu_manager_container_without_vcuda_core_is_refused_with_the_fix():
     p = pod("a", [{"name": "g", "resources": {"limits": {"tencent.com/vcuda-memory": "8"}}}])
     with pytest.raises(RequestError, match=r'container "g": tencent.com/vcuda-core=0: .*100 per'):
         handoff.device_requests(p)
+
+
+def test_a_gpu_manager_container_without_vcuda_core_gets_the_configured_default_cores():
+    p = pod("a", [{"name": "g", "resources": {"limits": {"tencent.com/vcuda-memory": "8"}}}])
+    got = handoff.missing_device_resources(p, dialects.Defaults(cores=30))
+    assert got == (("containers", 0, "tencent.com/vcuda-core", 30),)
 
 
 def test_an_invalid_pod_reports_the_dialect_problems():
