@@ -4,7 +4,7 @@ details) for NotFound, AlreadyExists, Conflict, Invalid, BadRequest, Expired/Gon
 Does not: decide when an error happens (store.py, server.py do).
 Messages copy k8s.io/apimachinery/pkg/api/errors word for word, so clients that match on them
 (kubectl, lightkube, kopf) behave as against a real server.
-Tests: tests/integration/kubeapi/test_status_errors_match_the_real_server.py"""
+Tests: tests/integration/kubeapi/test_resource_versions_and_conflicts.py (exact bodies)"""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ immutable spec (only images, tolerations, activeDeadlineSeconds and schedulingGa
 status written only through /status. Namespaces get their name label and phase.
 Does not: store anything (store.py). managedFields list one entry per manager and operation
 with the fields of that manager's last write (the real server tracks ownership per field).
-Tests: tests/integration/kubeapi/test_pod_rules_match_the_real_server.py"""
+Tests: tests/integration/kubeapi/test_resource_versions_and_conflicts.py and
+test_object_lifecycle.py"""
 
 from __future__ import annotations
 

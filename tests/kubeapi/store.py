@@ -7,7 +7,8 @@ Does not: speak HTTP (server.py) or validate kinds (objects.py).
 Invariants: a stored dict is never mutated (every write stores a new one), so reads, list
 results and queued watch events can share it; every write takes the next resourceVersion;
 all methods run on the server's event loop thread, so there are no locks.
-Tests: tests/integration/kubeapi/test_resource_versions_and_conflicts.py and friends"""
+Tests: tests/integration/kubeapi/test_resource_versions_and_conflicts.py, test_object_lifecycle.py,
+test_watch_resumes_expires_and_bookmarks.py"""
 
 from __future__ import annotations
 
