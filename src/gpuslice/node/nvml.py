@@ -158,6 +158,7 @@ class NvmlBackend:
         self._handles: dict[str, Any] = {}
         self._devices = tuple(self._discover(i) for i in range(count))
         self._events: Any = None
+        self._closed = False
         self._lock = threading.Lock()
 
     def _discover(self, index: int) -> DeviceInfo:
@@ -221,28 +222,34 @@ class NvmlBackend:
 
     def wait_events(self, timeout_s: float) -> list[HealthEvent]:
         n = self._nvml
-        with self._lock:
+        with self._lock:  # close() waits for a wait in progress: never free a set in use
+            if self._closed:
+                return []
             if self._events is None:
                 self._events = n.nvmlEventSetCreate()
                 for h in self._handles.values():  # not every GPU supports events: skip those
                     _optional(n.nvmlDeviceRegisterEvents, h, n.nvmlEventTypeXidCriticalError,
                               self._events)
-        try:
-            data = n.nvmlEventSetWait_v2(self._events, int(timeout_s * 1000))
-        except n.NVMLError as exc:
-            if exc.value != n.NVML_ERROR_TIMEOUT:
-                time.sleep(timeout_s)  # events unsupported: health falls back to polling
+            try:
+                data = n.nvmlEventSetWait_v2(self._events, int(timeout_s * 1000))
+            except n.NVMLError as exc:
+                if exc.value != n.NVML_ERROR_TIMEOUT:
+                    time.sleep(timeout_s)  # events unsupported: health falls back to polling
+                return []
+            xid = int(data.eventData)
+            uuid = _text(_optional(n.nvmlDeviceGetUUID, data.device) or "")
+        if xid in APPLICATION_XIDS or uuid not in self._handles:
             return []
-        xid = int(data.eventData)
-        if xid in APPLICATION_XIDS:
-            return []
-        uuid = _text(_optional(n.nvmlDeviceGetUUID, data.device) or "")
-        return [HealthEvent(uuid=uuid, xid=xid)] if uuid in self._handles else []
+        return [HealthEvent(uuid=uuid, xid=xid)]
 
     def close(self) -> None:
-        if self._events is not None:
-            _optional(self._nvml.nvmlEventSetFree, self._events)
-        self._nvml.nvmlShutdown()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._events is not None:
+                _optional(self._nvml.nvmlEventSetFree, self._events)
+            self._nvml.nvmlShutdown()
 
 
 # ---------------------------------------------------------------- fake

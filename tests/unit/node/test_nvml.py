@@ -111,10 +111,13 @@ def test_no_gpu_is_an_environment_problem(monkeypatch):
         nvml.NvmlBackend()
 
 
-def test_unsupported_queries_give_none_and_the_model_table_fills_in_sms(monkeypatch):
-    def unsupported(*_):
-        raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+def _unsupported(*_):
+    raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
+
+def _fake_nvml(monkeypatch, **more):
+    """pynvml answering for one H100 PCIe that supports none of the optional queries."""
+    unsupported = _unsupported
     mem = types.SimpleNamespace(total=80 << 30, used=1 << 30)
     fakes = {
         "nvmlInit": lambda: None, "nvmlShutdown": lambda: None, "nvmlDeviceGetCount": lambda: 1,
@@ -125,11 +128,30 @@ def test_unsupported_queries_give_none_and_the_model_table_fills_in_sms(monkeypa
         "nvmlDeviceGetPowerUsage": unsupported, "nvmlDeviceGetTemperature": unsupported,
         "nvmlDeviceGetPciInfo": lambda h: types.SimpleNamespace(busId=b"0000:01:00.0"),
     }
-    for name, fn in fakes.items():
+    for name, fn in {**fakes, **more}.items():
         monkeypatch.setattr(pynvml, name, fn)
-    b = nvml.NvmlBackend()
+    return nvml.NvmlBackend()
+
+
+def test_unsupported_queries_give_none_and_the_model_table_fills_in_sms(monkeypatch):
+    b = _fake_nvml(monkeypatch)
     (d,) = b.devices()
     assert (d.sm_count, d.numa_node, d.nvlink_peers) == (114, None, ())
     s = b.stats("GPU-x")
     assert (s.utilisation, s.temperature, s.power_watts) == (None, None, None)
     assert s.memory_used == 1 << 30
+
+
+def test_critical_xids_become_health_events_and_application_xids_do_not(monkeypatch):
+    xids = [79, 13]
+
+    def wait(_set, _ms):
+        return types.SimpleNamespace(eventData=xids.pop(0), device="h0")
+
+    b = _fake_nvml(monkeypatch, nvmlEventSetCreate=lambda: "set",
+                   nvmlDeviceRegisterEvents=lambda *_: None, nvmlEventSetWait_v2=wait,
+                   nvmlEventSetFree=lambda _s: None)
+    assert b.wait_events(0.01) == [HealthEvent("GPU-x", 79)]
+    assert b.wait_events(0.01) == [], "XID 13 is an application's fault, not the GPU's"
+    b.close()
+    assert b.wait_events(0.01) == [], "a closed backend waits for nothing"
