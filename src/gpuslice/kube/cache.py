@@ -248,9 +248,10 @@ class Informer(Generic[T]):
         allowWatchBookmarks and reconnects by itself without a back-off, so this sends one
         request built by lightkube's own request builder (auth, paths, TLS stay lightkube's)."""
         generic = self.client._client  # lightkube 1.0: GenericAsyncClient
+        # as client-go: between 1x and 2x, so many watchers do not all reconnect together
+        timeout_s = int(self.watch_timeout_s * random.uniform(1.0, 2.0))
         params: dict[str, Any] = {"resourceVersion": self.resource_version,
-                                  "allowWatchBookmarks": "true",
-                                  "timeoutSeconds": self.watch_timeout_s}
+                                  "allowWatchBookmarks": "true", "timeoutSeconds": timeout_s}
         if self.labels:
             params["labelSelector"] = build_selector(self.labels)
         if self.fields:
@@ -261,7 +262,7 @@ class Informer(Generic[T]):
                                               watch=True, params=params)
             # the server ends the watch after timeoutSeconds; a silent connection past that
             # (plus a margin) is dead, whatever TCP thinks
-            request.timeout = httpx2.Timeout(10.0, read=self.watch_timeout_s + 30.0)
+            request.timeout = httpx2.Timeout(10.0, read=timeout_s + 30.0)
             response = await generic.send(generic.build_adapter_request(request), stream=True)
             try:
                 if response.status_code >= 400:
