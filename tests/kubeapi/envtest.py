@@ -114,13 +114,19 @@ class Process:
                             f"log ({self.log}):\n{tail}")
 
     def stop(self) -> None:
-        if self.popen and self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        if self.popen:
+            end_process(self.popen)
+
+
+def end_process(popen: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 10 s."""
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait()
 
 
 @dataclass

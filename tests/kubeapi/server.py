@@ -163,13 +163,9 @@ class SpawnedServer:
     kubeconfig: Path
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        from .envtest import end_process
+
+        end_process(self.process)
 
 
 def spawn(workdir: Path, *, history: int = 1000, timeout: float = 30.0) -> SpawnedServer:

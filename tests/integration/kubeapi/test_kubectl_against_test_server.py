@@ -87,3 +87,17 @@ def test_kubectl_get_watch_prints_each_change(kube_api, tmp_path):
         out, err = watch.communicate(timeout=10)
     rows = [line.split() for line in out.splitlines()[1:]]
     assert rows[:3] == [["k", "<none>"], ["k", "gpu"], ["k", "cpu"]], (out, err)
+
+
+def test_a_spawned_server_serves_kubectl_from_its_own_process(tmp_path):
+    from kubeapi.server import spawn
+
+    server = spawn(tmp_path / "spawned")
+    try:
+        result = subprocess.run(["kubectl", "--kubeconfig", str(server.kubeconfig), "get",
+                                 "namespace", "default", "-o", "name"],
+                                capture_output=True, text=True, timeout=30)
+        assert result.stdout == "namespace/default\n", result.stderr
+    finally:
+        server.stop()
+    assert server.process.returncode is not None, "stopped"
