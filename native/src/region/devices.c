@@ -2,9 +2,10 @@
  * (gs_device_uuid, CUDA side) and the UUID to the entry, once per ordinal (cached). Entries are
  * fixed at creation when the node agent set GPUSLICE_DEVICE_UUIDS (a GPU outside that list is
  * refused: fail closed); otherwise the first process using a GPU adds its entry under the
- * region's device_lock (a thread id), taking the limit of the index it sees the GPU at (index_limit[ordinal],
- * default_limit from index 16 on), preferring the entry of the same index. The lock makes two
- * processes adding the same GPU at once end with one entry, so a GPU never gets two caps.
+ * region's device_lock (a thread id), taking the limit of the index it sees the GPU at
+ * (index_limit[ordinal], default_limit from index 16 on), preferring the entry of the same index.
+ * The lock makes two processes adding the same GPU at once end with one entry, so a GPU never
+ * gets two caps.
  * Tests: tests/native/unit/test_region.c, tests/native/test_cap_follows_the_physical_gpu.py. */
 #define _GNU_SOURCE
 #include <stdio.h>
