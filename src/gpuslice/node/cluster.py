@@ -59,7 +59,6 @@ class Cluster:
         self.retry_s = retry_s
         self.events = EventRecorder(client, "gpuslice-node-agent")
         self.reachable = False
-        self.synced = asyncio.Event()
         self._pods: dict[str, dict[str, Any]] = {}  # uid -> pod
         self._answered: dict[str, tuple[str, str, list[str]]] = {}  # uid -> (ns, name, names)
         self._node_annotations: dict[str, str] = {}  # queued for the Node
@@ -114,7 +113,6 @@ class Cluster:
             self._put(p)
         self._up()
         self.last_list = time.time()
-        self.synced.set()
         return True
 
     def _down(self, exc: Exception) -> None:
@@ -153,16 +151,12 @@ class Cluster:
                 if self._node_annotations.get(k) == v:
                     del self._node_annotations[k]
         for uid, (ns, name, names) in list(self._answered.items()):
-            if uid in self._pods and all(
-                    n in str(self._pods[uid]["metadata"].get("annotations", {})
-                             .get(handoff.ALLOCATED, "")).split(",") for n in names):
-                continue
+            sent = list(names)
 
-            def change(obj: Mapping[str, Any], names: list[str] = names,
-                       uid: str = uid) -> Any:
+            def change(obj: Mapping[str, Any], sent: list[str] = sent, uid: str = uid) -> Any:
                 if obj.get("metadata", {}).get("uid") != uid:
                     return None  # a new pod with the same name: not ours to mark
-                merged = _merged(obj, names)["metadata"]["annotations"][handoff.ALLOCATED]
+                merged = _merged(obj, sent)["metadata"]["annotations"][handoff.ALLOCATED]
                 if merged == obj["metadata"].get("annotations", {}).get(handoff.ALLOCATED):
                     return None
                 return {"annotations": {handoff.ALLOCATED: merged}}
@@ -171,9 +165,10 @@ class Cluster:
                 got = await update_metadata(self.client, Pod, name, change, namespace=ns)
             except errors.NotFound:
                 got = None
-                self._answered.pop(uid, None)
             if got is not None:
-                self._put(got)
+                self._put(got)  # drops the entry once the annotation holds every name
+            elif uid in self._answered and self._answered[uid][2] == sent:
+                del self._answered[uid]  # pod gone or replaced, or the API had it already
 
     async def run(self) -> None:
         """Watch pods, keep the queue flushed and list again now and then, until cancelled."""

@@ -94,6 +94,7 @@ async def test_interleaved_pods_each_get_their_own_assignment_and_are_marked_all
 
     for name, want in (("a", "main"), ("b", "x,y"), ("c", "main")):
         await wait_for(lambda n=name, w=want: allocated(n, w), f"{name} allocated={want}")
+    await wait_for(lambda: node.agent.cluster.queued == 0, "no write left in the queue")
 
 
 async def test_an_allocate_for_no_pod_in_flight_is_refused_with_what_to_check(node):
