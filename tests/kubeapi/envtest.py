@@ -18,6 +18,9 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from .certs import Pki, make_pki, service_account_key, write_kubeconfig
 
@@ -96,6 +99,28 @@ def scheduler_command(assets: Assets, kubeconfig: Path, config: Path, port: int)
             f"--secure-port={port}", "--v=2"]
 
 
+def scheduler_config(config: dict[str, Any], kubeconfig: Path) -> dict[str, Any]:
+    """`config` with clientConnection.kubeconfig set to ours (with --config, kube-scheduler
+    ignores --kubeconfig) and leader election off unless the config asks for it."""
+    if config.get("kind") != "KubeSchedulerConfiguration":
+        raise EnvtestError(f"expected a KubeSchedulerConfiguration, got kind "
+                           f"{config.get('kind')!r}")
+    return {**config,
+            "clientConnection": {**(config.get("clientConnection") or {}),
+                                 "kubeconfig": str(kubeconfig)},
+            "leaderElection": config.get("leaderElection") or {"leaderElect": False}}
+
+
+def kept_by_reset(kind: str, namespace: str, name: str) -> bool:
+    """What reset() leaves alone: the API server's own objects (identity leases, the
+    configmaps and secrets it keeps in kube-system)."""
+    if kind == "Lease":
+        return name.startswith("apiserver-")
+    if kind in ("ConfigMap", "Secret"):
+        return namespace == "kube-system" or name == "kube-root-ca.crt"
+    return False
+
+
 @dataclass
 class Process:
     name: str
@@ -166,12 +191,16 @@ class ControlPlane:
         with urllib.request.urlopen(f"{self.url}/version", context=self._tls()) as r:
             self.version = f"kube-apiserver {json.load(r)['gitVersion']}"
 
-    def start_scheduler(self, config: Path, timeout: float = 60.0) -> Process:
-        """Start kube-scheduler with `config` (a KubeSchedulerConfiguration whose
-        clientConnection.kubeconfig may be left out: --kubeconfig names ours)."""
+    def start_scheduler(self, config: Path | dict[str, Any], timeout: float = 60.0) -> Process:
+        """Start kube-scheduler with a KubeSchedulerConfiguration (a file or its dict), its
+        client pointed at this control plane (see scheduler_config)."""
+        if isinstance(config, Path):
+            config = yaml.safe_load(config.read_text())
+        path = self.workdir / "kube-scheduler.yaml"
+        path.write_text(yaml.safe_dump(scheduler_config(config, self.kubeconfig)))
         port = free_port()
         proc = self._launch("kube-scheduler", scheduler_command(
-            self.assets, self.kubeconfig, config, port))
+            self.assets, self.kubeconfig, path, port))
         insecure = ssl.create_default_context()
         insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
         self._wait(proc, f"https://127.0.0.1:{port}/healthz", timeout, insecure)
@@ -223,10 +252,8 @@ class ControlPlane:
         for res in (Pod, Event, Lease, ConfigMap, Secret):
             for obj in client.list(res, namespace="*"):
                 ns, name = obj.metadata.namespace, obj.metadata.name
-                if res is not Pod and (ns == "kube-system" or name.startswith("apiserver-")
-                                       or name == "kube-root-ca.crt"):
-                    continue
-                client.delete(res, name, namespace=ns, grace_period=0)
+                if not kept_by_reset(res.__name__, ns, name):
+                    client.delete(res, name, namespace=ns, grace_period=0)
         for res in (Node, MutatingWebhookConfiguration, ValidatingWebhookConfiguration):
             for obj in client.list(res):
                 client.delete(res, obj.metadata.name)

@@ -21,6 +21,7 @@ from kubeapi.envtest import (
     etcd_command,
     find_assets,
     scheduler_command,
+    scheduler_config,
 )
 from kubeapi.raw import node_body, pod_body
 
@@ -93,6 +94,19 @@ def test_the_command_lines_are_loopback_with_our_certificates(tmp_path):
     assert f"--config={tmp_path / 'cfg.yaml'}" in sched and "--secure-port=10259" in sched
 
 
+def test_the_scheduler_config_points_at_our_api_server(tmp_path):
+    config = {"apiVersion": "kubescheduler.config.k8s.io/v1",
+              "kind": "KubeSchedulerConfiguration",
+              "profiles": [{"schedulerName": "gpuslice-scheduler"}],
+              "extenders": [{"urlPrefix": "http://127.0.0.1:1/ext", "filterVerb": "filter"}]}
+    made = scheduler_config(config, tmp_path / "kubeconfig")
+    assert made["clientConnection"] == {"kubeconfig": str(tmp_path / "kubeconfig")}
+    assert made["leaderElection"] == {"leaderElect": False}
+    assert made["extenders"] == config["extenders"] and made["profiles"] == config["profiles"]
+    with pytest.raises(EnvtestError, match="expected a KubeSchedulerConfiguration"):
+        scheduler_config({"kind": "Pod"}, tmp_path / "kubeconfig")
+
+
 def test_no_kube_scheduler_in_the_folder_is_an_error_when_one_is_asked_for(tmp_path):
     assets = Assets(tmp_path, tmp_path / "etcd", tmp_path / "kube-apiserver", None)
     with pytest.raises(EnvtestError, match="has no kube-scheduler"):
@@ -114,7 +128,13 @@ async def test_a_control_plane_starts_serves_resets_and_stops(tmp_path):
         await raw.create(pod_body("left-over"))
         await raw.create(node_body("n1"))
         await raw.call("POST", "/api/v1/namespaces", {"metadata": {"name": "scratch"}})
+        leases = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+        for name in ("apiserver-abc", "gpuslice-scheduler"):
+            await raw.call("POST", leases, {"metadata": {"name": name}, "spec": {}})
         plane.reset()
+        _, left = await raw.call("GET", leases)
+        assert [i["metadata"]["name"] for i in left["items"]] == ["apiserver-abc"], \
+            "the API server's own lease stays, a test's goes"
         _, pods = await raw.call("GET", "/api/v1/pods")
         _, nodes = await raw.call("GET", "/api/v1/nodes")
         _, namespaces = await raw.call("GET", "/api/v1/namespaces")
