@@ -48,6 +48,7 @@ class KubeletLink:
         self.registered: set[str] = set()
         self.registrations = 0  # successful Register calls
         self._on_registered = on_registered
+        self._failing: set[str] = set()
         self._servers: dict[str, grpc.aio.Server] = {}
         self._kubelet_id: tuple[int, int] | None = None
         self._stopping = asyncio.Event()
@@ -78,9 +79,13 @@ class KubeletLink:
             async with grpc.aio.insecure_channel(f"unix://{self.dir / KUBELET_SOCKET}") as ch:
                 await pb_grpc.RegistrationStub(ch).Register(req, timeout=5)
         except grpc.aio.AioRpcError as exc:
-            log.warning("registering %s with the kubelet failed: %s: %s; retrying", p.resource,
-                        exc.code().name, exc.details(), extra={"resource": p.resource})
+            level = logging.DEBUG if p.resource in self._failing else logging.WARNING
+            self._failing.add(p.resource)  # one warning per outage, not one per poll
+            log.log(level, "registering %s with the kubelet failed: %s: %s; retrying every "
+                    "%.0f s", p.resource, exc.code().name, exc.details(), self.poll_s,
+                    extra={"resource": p.resource})
             return
+        self._failing.discard(p.resource)
         self.registered.add(p.resource)
         self.registrations += 1
         if self._on_registered is not None:
