@@ -94,3 +94,13 @@ def test_environment_problems_exit_3_and_debug_shows_the_traceback(
         3, "gpuslice: error: no kubelet socket at /x; check the mount\n")
     result = CliRunner().invoke(main, ["--debug", "simulate", "--cluster", "c", "--trace", "t"])
     assert isinstance(result.exception, EnvironmentProblem)
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(**_: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("gpuslice.simulate.command.run", interrupted)
+    result = CliRunner().invoke(main, ["simulate", "--cluster", "c", "--trace", "t"])
+    assert result.exit_code == 130
+    assert result.stderr.strip().splitlines()[-1] == "gpuslice: error: interrupted"
