@@ -184,6 +184,16 @@ def build_all(bin_dir: Path) -> Binaries:
     return Binaries(lib=LIB, fake_dir=FAKE_DIR, bin_dir=bin_dir)
 
 
+def build_prog(bins: Binaries, source: str, out_dir: Path) -> Path:
+    """A test program of progs/ linked against the fake libcuda (threads allowed); its path."""
+    exe = out_dir / Path(source).stem
+    cc = os.environ.get("CC", "cc")
+    _run_build([cc, "-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", f"-I{CUDA_INCLUDE}",
+                str(PROGS / source), "-o", str(exe), f"-L{bins.fake_dir}", "-lcuda", "-lpthread"],
+               cwd=out_dir)  # fmt: skip
+    return exe
+
+
 @dataclass
 class Line:
     """One result line of gs_probe: `<cmd> [args] rc=<n> [key=value ...]`."""

@@ -8,26 +8,17 @@ counter, so the main thread passed the cap by X. The fake driver's own accountin
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from harness import CUDA_ERROR_OUT_OF_MEMORY, CUDA_INCLUDE, CUDA_SUCCESS, PROGS, Harness, MiB
+from harness import CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, Binaries, Harness, MiB, build_prog
 
 DELAY = {"FAKE_CUDA_ALLOC_DELAY_MS": "1000"}
 
 
 @pytest.fixture(scope="module")
-def race_cap(binaries, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    exe = tmp_path_factory.mktemp("race") / "race_cap"
-    cc = [os.environ.get("CC", "cc"), "-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror"]
-    subprocess.run(
-        [*cc, f"-I{CUDA_INCLUDE}", str(PROGS / "race_cap.c"), "-o", str(exe),
-         f"-L{binaries.fake_dir}", "-lcuda", "-lpthread"],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    return exe
+def race_cap(binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_prog(binaries, "race_cap.c", tmp_path_factory.mktemp("race_cap"))
 
 
 def run(gs: Harness, exe: Path, *args: object, limit: str, **extra: str) -> dict[str, int]:

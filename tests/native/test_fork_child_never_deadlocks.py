@@ -5,24 +5,15 @@ ever. The library now re-initialises every lock in the child (pthread_atfork).""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from harness import CUDA_INCLUDE, CUDA_SUCCESS, PROGS, Harness
+from harness import CUDA_SUCCESS, Binaries, Harness, build_prog
 
 
 @pytest.fixture(scope="module")
-def fork_child(binaries, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    exe = tmp_path_factory.mktemp("fork") / "fork_child"
-    cc = [os.environ.get("CC", "cc"), "-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror"]
-    subprocess.run(
-        [*cc, f"-I{CUDA_INCLUDE}", str(PROGS / "fork_child.c"), "-o", str(exe),
-         f"-L{binaries.fake_dir}", "-lcuda", "-lpthread"],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    return exe
+def fork_child(binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_prog(binaries, "fork_child.c", tmp_path_factory.mktemp("fork_child"))
 
 
 @pytest.mark.parametrize("sm_limit", ["0", "30"], ids=["memory limit", "memory + compute limit"])

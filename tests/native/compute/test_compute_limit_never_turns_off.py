@@ -11,28 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from compute_loops import launch_loop_ms
 from harness import Harness
 
-BLOCKS, COUNT = 1000, 200
+COUNT = 200
 VIAS = [(None, "probe"), ("procaddr", "probe_dl")]  # export table, cuGetProcAddress
 
 
-def loop_ms(gs: Harness, *before: object, sm: str | None, region: Path, **kw: object) -> float:
-    extra = {"CUDA_DEVICE_SM_LIMIT": sm} if sm else {}
-    res = gs.probe(
-        "init",
-        *(before or ["ctx"]),
-        "launch",
-        BLOCKS,
-        COUNT,
-        limit="512MiB",
-        extra=extra,
-        region=region,
-        **kw,
-    )  # type: ignore[arg-type]
-    line = res.of("launch")[-1]
-    assert line.rc == 0, res.describe()
-    return float(line.kv["ms"])
+def loop_ms(gs: Harness, *setup: object, sm: str | None, region: Path, **kw: object) -> float:
+    return launch_loop_ms(gs, *setup, count=COUNT, sm=sm, region=region, **kw)  # type: ignore[arg-type]
 
 
 def test_a_seventeenth_context_is_limited_like_the_first(gs: Harness) -> None:

@@ -6,28 +6,16 @@ wall time — through the exported symbol (linked program) and through cuGetProc
 from __future__ import annotations
 
 import pytest
+from compute_loops import launch_loop_ms
 
 KERNEL_BLOCKS, COUNT = 1000, 300  # 300 kernels of 1 ms
 
 
 def loop_ms(gs, via: str | None, sm_limit: str | None, binary: str = "probe") -> float:
-    extra = {"CUDA_DEVICE_SM_LIMIT": sm_limit} if sm_limit else {}
-    res = gs.probe(
-        "init",
-        "ctx",
-        "launch",
-        KERNEL_BLOCKS,
-        COUNT,
-        via=via,
-        binary=binary,
-        limit="512MiB",
-        extra=extra,
-        # one region per limit: a region keeps the limits of the process that created it
-        region=gs.tmp / f"sm-{sm_limit or 0}.region",
-    )
-    line = res.one("launch")
-    assert line.rc == 0, f"launch loop failed: {res.describe()}"
-    return float(line.kv["ms"])
+    # one region per limit: a region keeps the limits of the process that created it
+    region = gs.tmp / f"sm-{sm_limit or 0}.region"
+    return launch_loop_ms(gs, blocks=KERNEL_BLOCKS, count=COUNT, sm=sm_limit, region=region,
+                          via=via, binary=binary)  # fmt: skip
 
 
 @pytest.mark.parametrize(("via", "binary"), [(None, "probe"), ("procaddr", "probe_dl")])

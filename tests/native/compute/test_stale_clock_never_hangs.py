@@ -17,36 +17,23 @@ import time
 from pathlib import Path
 
 import pytest
+from compute_loops import launch_loop_ms
 from harness import Harness
 
-KERNEL_BLOCKS, COUNT = 1000, 300  # 300 kernels of 1 ms on the fake GPU: ~0.3 s unthrottled
 COMPUTE0 = 4096 + 256  # device entry 0's compute block (region.h, compute_shared.h)
 TAT, BOOT_ID = COMPUTE0 + 0, COMPUTE0 + 80
 BOARD_HEADER, BOARD_SLOT = 64, 64  # compute/board.h
 FAR = 10**6 * 10**9  # a million seconds ahead: a clock of another boot
 
 
-def _env(gs: Harness, **extra: str) -> dict[str, object]:
-    return {"limit": "512MiB", "extra": {"CUDA_DEVICE_SM_LIMIT": "30", **extra}}
+def _loop_ms(gs: Harness, region: Path | None = None, **extra: str) -> float:
+    """300 ms of GPU work at a 30 % limit (the default region), or as `extra` says."""
+    return launch_loop_ms(gs, sm="30", region=region, extra=extra, timeout=20)
 
 
-def _loop_ms(gs: Harness, timeout: float = 20, region: Path | None = None, **extra: str) -> float:
-    try:
-        res = gs.probe(
-            "init",
-            "ctx",
-            "launch",
-            KERNEL_BLOCKS,
-            COUNT,
-            timeout=timeout,
-            region=region,
-            **_env(gs, **extra),
-        )  # type: ignore[arg-type]
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the launch loop hung for {timeout} s on times from another clock")
-    line = res.one("launch")
-    assert line.rc == 0, res.describe()
-    return float(line.kv["ms"])
+def _first_launch(gs: Harness) -> None:
+    """Creates the region (and its budget) with one tiny launch at 30 %."""
+    launch_loop_ms(gs, blocks=1, count=1, sm="30")
 
 
 def _poke(path: Path, offset: int, value: int) -> None:
@@ -60,7 +47,7 @@ def _peek(path: Path, offset: int) -> int:
 
 
 def test_a_budget_stamped_far_ahead_of_this_clock_counts_as_full(gs: Harness) -> None:
-    gs.probe("init", "ctx", "launch", 1, 1, **_env(gs))  # type: ignore[arg-type]
+    _first_launch(gs)
     _poke(gs.region, TAT, time.monotonic_ns() + FAR)
     ms = _loop_ms(gs)
     assert ms < 3000, f"300 ms of GPU work at 30 % took {ms:.0f} ms: the stale budget held it"
@@ -68,7 +55,7 @@ def test_a_budget_stamped_far_ahead_of_this_clock_counts_as_full(gs: Harness) ->
 
 
 def test_a_budget_of_another_boot_is_reset_even_within_the_horizon(gs: Harness) -> None:
-    gs.probe("init", "ctx", "launch", 1, 1, **_env(gs))  # type: ignore[arg-type]
+    _first_launch(gs)
     assert _peek(gs.region, BOOT_ID) != 0, "the region records the boot its times belong to"
     _poke(gs.region, BOOT_ID, 0x5EED)  # some other boot
     _poke(gs.region, TAT, time.monotonic_ns() + 8 * 10**9)  # 8 s: a debt this clock could owe
@@ -80,7 +67,7 @@ def test_a_future_heartbeat_on_the_board_is_no_tenant_with_work(gs: Harness) -> 
     board_dir = gs.tmp / "board"
     board_dir.mkdir()
     wc = {"GPUSLICE_COMPUTE_MODE": "work-conserving", "GPUSLICE_BOARD_DIR": str(board_dir)}
-    free = _loop_ms(gs, region=gs.tmp / "free.region", CUDA_DEVICE_SM_LIMIT="0")
+    free = launch_loop_ms(gs, region=gs.tmp / "free.region")
     _loop_ms(gs, **wc)  # creates the board and leaves our slot on it
     (board,) = board_dir.glob("GPU-*.board")
     slot = BOARD_HEADER + 7 * BOARD_SLOT  # owner, tenant, heartbeat, priority (0 = high)
@@ -109,26 +96,10 @@ def test_a_process_in_a_time_namespace_shares_the_budget_without_stalling_others
 ) -> None:
     """The first process runs in a time namespace whose CLOCK_MONOTONIC is 10^6 s ahead; the
     library takes the namespace offset out, so the budget it leaves is on the host's clock."""
-    argv = [
-        "unshare",
-        "-Ur",
-        "--time",
-        "--monotonic=1000000",
-        str(gs.bins["probe"]),
-        "init",
-        "ctx",
-        "launch",
-        KERNEL_BLOCKS,
-        30,
-    ]
-    env = gs.env(
-        limit="512MiB",
-        extra={"CUDA_DEVICE_SM_LIMIT": "30", "FAKE_CUDA_STATE": str(gs.tmp / "ns.state")},
-    )
-    res = subprocess.run(
-        [str(a) for a in argv], env=env, capture_output=True, text=True, timeout=30
-    )
-    assert "launch 1000 30 rc=0" in res.stdout, res.stdout + res.stderr
+    unshare = ["unshare", "-Ur", "--time", "--monotonic=1000000", str(gs.bins["probe"])]
+    own_gpu = {"CUDA_DEVICE_SM_LIMIT": "30", "FAKE_CUDA_STATE": str(gs.tmp / "ns.state")}
+    res = gs.run([*unshare, "init", "ctx", "launch", "1000", "30"], limit="512MiB", extra=own_gpu)
+    assert res.one("launch").rc == 0, res.describe()
     tat = _peek(gs.region, TAT)
     assert tat < time.monotonic_ns() + 20 * 10**9, "the budget is stamped on the host's clock"
     ms = _loop_ms(gs)
