@@ -90,6 +90,7 @@ def schema() -> dict[str, Any]:
                 "logLevel": LEVEL,
                 "hostPaths": obj({"devicePlugins": STR, "podResources": STR, "state": STR}),
                 "config": ref["NodeConfig"], "resources": RESOURCES, "priorityClassName": STR}),
+            "placementPolicy": obj({"enabled": BOOL}),
             "metrics": obj({"serviceMonitor": obj({"enabled": BOOL, "interval": STR,
                                                    "labels": MAP})}),
             "rbac": obj({"create": BOOL}),
