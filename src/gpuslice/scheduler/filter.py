@@ -34,6 +34,7 @@ __all__ = ["UNACCOUNTED", "WAITING", "Evaluator", "Verdict", "filter_reply", "un
 WAITING = "waiting for pod {} to be allocated on this node"
 UNACCOUNTED = "node has GPU assignments gpuslice cannot account for"
 _CACHE_S = 2.0  # a filter's result serves the prioritize that follows, if nothing changed
+_REQUESTS = 1024  # parsed pods kept (filter, prioritize and bind parse the same pod)
 
 
 class Refusal(msgspec.Struct, frozen=True):
@@ -67,13 +68,24 @@ class Evaluator:
         self.defaults = defaults or dialects.Defaults()
         self.scheduler_name = scheduler_name
         self._last: tuple[tuple[Any, ...], float, Verdict] | None = None
+        self._requests: dict[tuple[Any, Any], PodRequest] = {}
+        self._devices: dict[str, tuple[handoff.DeviceRequest, ...]] = {}
 
     def ours(self, pod: Mapping[str, Any]) -> bool:
         """Whether the pod is scheduled by our profile (else the extender has no opinion)."""
         return (pod.get("spec") or {}).get("schedulerName") == self.scheduler_name
 
     def request(self, pod: Mapping[str, Any]) -> PodRequest:
-        return dialects.parse_pod(pod, self.defaults)  # RequestError: every problem
+        """The pod's request (RequestError: every problem), parsed once per pod version."""
+        meta = pod.get("metadata") or {}
+        key = (meta.get("uid"), meta.get("resourceVersion"))
+        req = self._requests.get(key) if key[0] and key[1] else None
+        if req is None:
+            req = dialects.parse_pod(pod, self.defaults)
+            if len(self._requests) >= _REQUESTS:
+                self._requests.clear()
+            self._requests[key] = req
+        return req
 
     def cached(self, pod: Mapping[str, Any], names: list[str]) -> Verdict:
         """`names` against the cache; reuses the previous call's result for the same pod while
@@ -101,6 +113,18 @@ class Evaluator:
         self._hand_off(pod, verdict, cached=True)
         self._last = (key, now, verdict)
         return verdict
+
+    def _device_requests(self, pod: Mapping[str, Any]) -> tuple[handoff.DeviceRequest, ...]:
+        """handoff.device_requests, once per pod (a pod's containers never change)."""
+        uid = (pod.get("metadata") or {}).get("uid")
+        got = self._devices.get(uid) if uid else None
+        if got is None:
+            got = handoff.device_requests(pod)
+            if len(self._devices) >= _REQUESTS:
+                self._devices.clear()
+            if uid:
+                self._devices[uid] = got
+        return got
 
     def given(self, pod: Mapping[str, Any], nodes: wire.NodeList) -> tuple[Verdict, list[str]]:
         """The pod against full Node objects (nodeCacheCapable: false): their inventories, the
@@ -144,7 +168,7 @@ class Evaluator:
         flying = [n for n in self.state.nodes_with_flights() if n in fits]
         if not flying:
             return
-        requests = handoff.device_requests(pod)
+        requests = self._device_requests(pod)
         if not requests:
             return
         first = (requests[0].resource, requests[0].quantity)

@@ -79,6 +79,7 @@ class _Facts(msgspec.Struct, frozen=True):
     assignment: PodAssignment | None
     bound_at: float | None
     flight: handoff.Flight | None  # computed without a timeout; the reader checks the age
+    source: tuple[Any, ...]  # what these facts were read from (uid, bound, deleting, annotations)
 
 
 class _Assumed(msgspec.Struct, frozen=True):
@@ -88,22 +89,29 @@ class _Assumed(msgspec.Struct, frozen=True):
     since: float
 
 
-def _facts(pod: Mapping[str, Any]) -> _Facts | None:
-    """None for a pod that holds nothing whatever its annotations say (terminal)."""
+def _facts(pod: Mapping[str, Any], old: _Facts | None) -> _Facts | None:
+    """None for a pod that holds nothing whatever its annotations say (terminal). Reuses
+    `old` when nothing it was read from changed (most updates are status updates)."""
     if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return None
     meta = pod.get("metadata") or {}
     ann = meta.get("annotations") or {}
+    spec = pod.get("spec") or {}
+    source = (str(meta.get("uid") or ""), bool(spec.get("nodeName")),
+              bool(meta.get("deletionTimestamp")),
+              *(ann.get(k) for k in (codec.ASSIGNMENT_ANNOTATION, handoff.BOUND_AT,
+                                     handoff.ALLOCATED)))
+    if old is not None and old.source == source:
+        return old
     assignment = None
-    if codec.ASSIGNMENT_ANNOTATION in ann:
+    if source[3] is not None:
         try:
-            assignment = codec.decode_assignment(ann[codec.ASSIGNMENT_ANNOTATION])
+            assignment = codec.decode_assignment(source[3])
         except CodecError as exc:
             log.warning("ignoring a malformed assignment: %s", exc, extra={"pod": pod_key(pod)})
     flight = handoff.flight_of(pod, 0.0, math.inf) if assignment is not None else None
-    return _Facts(uid=str(meta.get("uid") or ""), bound=bool((pod.get("spec") or {}).get(
-        "nodeName")), assignment=assignment, bound_at=handoff.parse_time(
-        ann.get(handoff.BOUND_AT)), flight=flight)
+    return _Facts(uid=source[0], bound=source[1], assignment=assignment,
+                  bound_at=handoff.parse_time(source[4]), flight=flight, source=source)
 
 
 class ExtenderState:
@@ -154,7 +162,11 @@ class ExtenderState:
     def on_pod(self, kind: str, pod: Mapping[str, Any]) -> None:
         """ADDED / MODIFIED / DELETED of a (trimmed) managed Pod."""
         key = pod_key(pod)
-        facts = None if kind == "DELETED" else _facts(pod)
+        old = self._facts.get(key)
+        facts = None if kind == "DELETED" else _facts(pod, old)
+        if facts is not None and facts is old:
+            self._pods[key] = pod  # e.g. a status update: nothing placement reads changed
+            return
         if facts is None:
             self._pods.pop(key, None)
             self._facts.pop(key, None)

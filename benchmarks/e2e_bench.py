@@ -1,0 +1,380 @@
+"""End to end: pods created at once go through the API server, the admission webhook, a
+scheduler calling the extender's verbs, and the emulated node agent; how fast are they bound,
+and is any GPU over-committed (DESIGN §6: >= 300 pods/s, zero over-committed GPUs)?
+
+What runs: the API server (tests/kubeapi's server in its own process, or a real kube-apiserver
++ etcd when KUBEBUILDER_ASSETS has them), `gpuslice webhook` and `gpuslice scheduler` as their
+own processes (HTTPS webhook registered with a MutatingWebhookConfiguration; the extender with
+Lease leader election), the scheduler (tests/kubeapi's driver, which plays kube-scheduler with
+its real bodies one pod at a time, or the real kube-scheduler when KUBEBUILDER_ASSETS has one,
+configured from deploy/scheduler/kube-scheduler-config.yaml), and a node-agent emulator: it
+marks gpuslice.io/allocated on each bound pod after --allocate-ms (no kubelet here; without it
+the in-flight rule would hold back pods the agent cannot tell apart).
+--restart SIGKILLs the extender when half the pods are bound and starts a new one.
+Prints one JSON object: pods_per_s (bound / seconds from the first create to the last bind),
+bound, overcommitted_gpus (recomputed from the API's pods and nodes), and what ran.
+Usage: python benchmarks/e2e_bench.py [--nodes 100 --pods 2000 --restart --json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from lightkube import AsyncClient, KubeConfig
+from lightkube.generic_resource import create_global_resource
+from lightkube.resources.core_v1 import Node, NodeStatus, Pod
+from lightkube.types import PatchType
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the test API server and the scheduler driver
+
+from gpuslice import codec, handoff, model  # noqa: E402
+from gpuslice.allocator import footprint  # noqa: E402
+from gpuslice.kube.cache import Change, Informer  # noqa: E402
+from gpuslice.kube.client import dict_view  # noqa: E402
+from gpuslice.kube.patch import patch_metadata  # noqa: E402
+from kubeapi.certs import make_pki  # noqa: E402
+from kubeapi.envtest import ControlPlane, find_assets  # noqa: E402
+from kubeapi.scheduler_driver import DriverConfig, SchedulerDriver  # noqa: E402
+from kubeapi.server import spawn  # noqa: E402
+
+GPU_MIB = 81920
+SHAPES = (  # (limits as a user writes them, weight): a few pod templates, as in real clusters
+    ({"nvidia.com/gpumem": "4096", "nvidia.com/gpucores": "10"}, 4),
+    ({"nvidia.com/gpumem": "8192", "nvidia.com/gpucores": "20"}, 3),
+    ({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "8192", "nvidia.com/gpucores": "20"}, 1),
+    ({"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "2048"}, 2),
+)
+MUTATING = create_global_resource("admissionregistration.k8s.io", "v1",
+                                  "MutatingWebhookConfiguration", "mutatingwebhookconfigurations")
+CLI = [sys.executable, "-c", "import sys; from gpuslice.cli import main; sys.exit(main())"]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a live process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def node_body(name: str, gpus: int) -> dict[str, Any]:
+    inv = model.NodeInventory(node=name, gpus=tuple(
+        model.GPU(uuid=f"GPU-{name}-{i}", model="NVIDIA H100 80GB HBM3", memory_mib=GPU_MIB,
+                  index=i, split_count=10) for i in range(gpus)))
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": name, "labels": {"kubernetes.io/hostname": name},
+        "annotations": {codec.INVENTORY_ANNOTATION: codec.encode_inventory(inv)}}}
+
+
+def node_status(gpus: int) -> dict[str, Any]:
+    """What the kubelet and the node agent's device plugin report."""
+    alloc = {"cpu": "64", "memory": "512Gi", "pods": "250", "nvidia.com/gpu": str(10 * gpus),
+             "volcano.sh/vgpu-number": str(10 * gpus), "tencent.com/vcuda-core": str(100 * gpus)}
+    return {"status": {"capacity": alloc, "allocatable": alloc, "conditions": [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "emulated"}]}}
+
+
+def pod_body(name: str, limits: dict[str, str], webhook: bool) -> dict[str, Any]:
+    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": name, "namespace": "default"}, "spec": {"containers": [
+            {"name": "main", "image": "registry.invalid/cuda:never-pulled",
+             "resources": {"limits": dict(limits)}}]}}
+    if not webhook:  # what the webhook would have done
+        for _, _, resource, quantity in handoff.missing_device_resources(pod):
+            pod["spec"]["containers"][0]["resources"]["limits"][resource] = str(quantity)
+        pod["metadata"]["labels"] = {handoff.MANAGED_LABEL: "true"}
+        pod["spec"]["schedulerName"] = "gpuslice-scheduler"
+    return pod
+
+
+class Processes:
+    """`gpuslice webhook` and `gpuslice scheduler` as child processes."""
+
+    def __init__(self, work: Path, kubeconfig: Path) -> None:
+        self.work, self.kubeconfig = work, kubeconfig
+        self.extender_port = free_port()
+        self.extender: subprocess.Popen[bytes] | None = None
+        self.webhook: subprocess.Popen[bytes] | None = None
+        self.extender_cpu_s = 0.0  # of extenders already stopped
+
+    def start_extender(self) -> None:
+        cfg = self.work / "scheduler.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "address": "127.0.0.1", "port": self.extender_port, "kubeconfig": str(self.kubeconfig),
+            "logLevel": "warning", "leaderElection": {
+                "leaseNamespace": "default", "leaseSeconds": 4, "renewDeadlineSeconds": 3,
+                "retryPeriodSeconds": 1}}))
+        self.extender = subprocess.Popen([*CLI, "scheduler", "--config", str(cfg)],
+                                         stderr=open(self.work / "scheduler.log", "ab"))  # noqa: SIM115
+
+    def start_webhook(self) -> tuple[str, bytes]:
+        pki = make_pki()
+        files = pki.write(self.work / "webhook-pki")
+        port = free_port()
+        cfg = self.work / "webhook.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "address": "127.0.0.1", "port": port, "certFile": str(files["serving.crt"]),
+            "keyFile": str(files["serving.key"]), "checkNamespaceLabels": False,
+            "logLevel": "warning"}))
+        self.webhook = subprocess.Popen([*CLI, "webhook", "--config", str(cfg)],
+                                        stderr=open(self.work / "webhook.log", "ab"))  # noqa: SIM115
+        return f"https://127.0.0.1:{port}", pki.ca_cert
+
+    def kill_extender(self, sig: int) -> None:
+        assert self.extender is not None
+        self.extender_cpu_s += cpu_seconds(self.extender.pid)
+        self.extender.send_signal(sig)
+        self.extender.wait(30)
+
+    def stop(self) -> None:
+        for proc in (self.extender, self.webhook):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(10)
+
+
+async def wait_http(url: str, what: str, timeout: float = 60.0, **kw: Any) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as http:
+        while True:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(url, **kw) as r:
+                    if r.status == 200:
+                        return
+            if time.monotonic() > deadline:
+                raise SystemExit(f"e2e_bench: {what} did not become ready in {timeout:.0f}s")
+            await asyncio.sleep(0.1)
+
+
+class AgentEmulator:
+    """Marks gpuslice.io/allocated on each bound pod after `delay_s`, as the node agent does
+    after the kubelet's Allocate calls; counts bound pods for the benchmark."""
+
+    def __init__(self, client: AsyncClient, delay_s: float) -> None:
+        self.client, self.delay_s = client, delay_s
+        self.bound: dict[str, float] = {}  # pod key -> when this watch saw it bound
+        self.changed = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.informer: Informer[Any] = Informer(client, Pod,
+                                                labels={handoff.MANAGED_LABEL: "true"},
+                                                handler=self._on)
+
+    def _on(self, c: Change[Any]) -> None:
+        pod = c.new
+        if pod is None or not (pod.get("spec") or {}).get("nodeName") or c.key in self.bound:
+            return
+        self.bound[c.key] = time.monotonic()
+        self.changed.set()
+        if codec.ASSIGNMENT_ANNOTATION in (pod["metadata"].get("annotations") or {}):
+            task = asyncio.get_running_loop().create_task(self._allocate(pod))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _allocate(self, pod: dict[str, Any]) -> None:
+        await asyncio.sleep(self.delay_s)
+        names = ",".join(r.container for r in handoff.device_requests(pod))
+        meta = pod["metadata"]
+        with contextlib.suppress(Exception):
+            await patch_metadata(self.client, Pod, meta["name"], namespace=meta["namespace"],
+                                 annotations={handoff.ALLOCATED: names})
+
+    async def wait_bound(self, count: int, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while len(self.bound) < count and time.monotonic() < deadline:
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), max(0.0, deadline - time.monotonic()))
+        return len(self.bound)
+
+
+def overcommitted(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[int, int]:
+    """(GPUs over their memory, cores or slices, bound pods without an assignment on their
+    node), recomputed from the API's objects with the allocator's footprint rule."""
+    gpus = {}
+    for n in nodes:
+        text = (n["metadata"].get("annotations") or {}).get(codec.INVENTORY_ANNOTATION)
+        if text:
+            for g in codec.decode_inventory(text, node=n["metadata"]["name"]).gpus:
+                gpus[g.uuid] = g
+    used: dict[str, list[int]] = {}
+    stray = 0
+    for p in pods:
+        node = (p.get("spec") or {}).get("nodeName")
+        text = (p["metadata"].get("annotations") or {}).get(codec.ASSIGNMENT_ANNOTATION)
+        if not node or (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        a = codec.decode_assignment(text) if text else None
+        if a is None or a.node != node:
+            stray += 1
+            continue
+        for uuid, f in footprint(a, gpus).items():
+            u = used.setdefault(uuid, [0, 0, 0, 0])
+            u[0] += f.mem
+            u[1] += f.cores
+            u[2] += f.slots
+            u[3] += f.excl
+    bad = sum(1 for uuid, (mem, cores, slots, excl) in used.items()
+              if mem > gpus[uuid].memory_mib or cores > 100 or slots > gpus[uuid].split_count
+              or (excl and slots > 1))
+    return bad, stray
+
+
+async def run(a: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
+    assets = find_assets(os.environ.get("KUBEBUILDER_ASSETS"))
+    plane = server = None
+    if assets is not None:
+        plane = ControlPlane(assets, work / "envtest").start()
+        kubeconfig, api_name = plane.kubeconfig, plane.version
+    else:
+        server = spawn(work / "kubeapi", history=1_000_000)  # its own process: no shared GIL
+        kubeconfig, api_name = server.kubeconfig, "in-process"
+    procs = Processes(work, kubeconfig)
+    client = AsyncClient(config=KubeConfig.from_file(kubeconfig))
+    sched_proc = None
+    try:
+        for i in range(a.nodes):
+            name = f"gpu-{i:03d}"
+            await client.create(dict_view(Node)(node_body(name, a.gpus)))  # type: ignore[call-arg]
+            await client.patch(NodeStatus, name, node_status(a.gpus), patch_type=PatchType.MERGE)
+        webhook = "not used (--no-webhook: pods created as the webhook leaves them)"
+        if not a.no_webhook:
+            url, ca = procs.start_webhook()
+            await wait_http(f"{url}/healthz", "the webhook", ssl=False)
+            await client.create(MUTATING(webhook_config(url, ca)))  # type: ignore[call-arg]
+            webhook = "gpuslice webhook (HTTPS, own process)"
+        procs.start_extender()
+        ext_url = f"http://127.0.0.1:{procs.extender_port}"
+        await wait_http(f"{ext_url}/readyz", "the extender")
+        deploy = yaml.safe_load((ROOT / "deploy/scheduler/kube-scheduler-config.yaml")
+                                .read_text())
+        extender = {**deploy["extenders"][0], "urlPrefix": ext_url}
+        agent = AgentEmulator(client, a.allocate_ms / 1000)
+        agent_task = asyncio.create_task(agent.informer.run())
+        await agent.informer.synced.wait()
+        if plane is not None and plane.assets.kube_scheduler is not None:
+            cfg = work / "kube-scheduler.yaml"
+            cfg.write_text(yaml.safe_dump({**deploy, "extenders": [extender],
+                                           "leaderElection": {"leaderElect": False}}))
+            sched_proc = plane.start_scheduler(cfg)
+            scheduler_name = "kube-scheduler " + plane.version.split()[-1]
+            driver_ctx: Any = contextlib.nullcontext()
+        else:
+            scheduler_name = "driver"
+            driver_ctx = SchedulerDriver(kubeconfig, DriverConfig.from_extender(
+                extender, initial_backoff=0.2, max_backoff=2.0, seed=a.seed))
+        rng = random.Random(a.seed)
+        shapes = [s for s, w in SHAPES for _ in range(w)]
+        bodies = [pod_body(f"job-{i:05d}", rng.choice(shapes), not a.no_webhook)
+                  for i in range(a.pods)]
+        async with driver_ctx:
+            t0 = time.monotonic()
+            gate = asyncio.Semaphore(a.concurrency)
+
+            async def create(body: dict[str, Any]) -> None:
+                async with gate:
+                    await client.create(dict_view(Pod)(body))  # type: ignore[call-arg]
+
+            creating = asyncio.gather(*(create(b) for b in bodies))
+            restarted = False
+            if a.restart:
+                await agent.wait_bound(a.pods // 2, a.timeout)
+                procs.kill_extender(signal.SIGKILL)  # no clean-up: a crash mid-stream
+                procs.start_extender()
+                await wait_http(f"{ext_url}/readyz", "the restarted extender")
+                restarted = True
+            await creating
+            bound = await agent.wait_bound(a.pods, a.timeout)
+            elapsed = max(agent.bound.values(), default=t0) - t0
+            stats = getattr(driver_ctx, "stats", None)
+        cpu = {"extender": procs.extender_cpu_s + cpu_seconds(procs.extender.pid),  # type: ignore[union-attr]
+               "bench (driver, node-agent emulator, pod creation)": time.process_time()}
+        if procs.webhook is not None:
+            cpu["webhook"] = cpu_seconds(procs.webhook.pid)
+        if server is not None:
+            cpu["api_server"] = cpu_seconds(server.process.pid)
+        pods = [dict(p) async for p in client.list(dict_view(Pod), namespace="default")]
+        nodes = [dict(n) async for n in client.list(dict_view(Node))]
+        bad, stray = overcommitted(nodes, pods)
+        agent.informer.stop()
+        await agent_task
+        return {
+            "pods_per_s": round(bound / elapsed, 1) if elapsed > 0 else None,
+            "bound": bound, "pods": a.pods, "nodes": a.nodes, "gpus_per_node": a.gpus,
+            "seconds": round(elapsed, 2), "overcommitted_gpus": bad,
+            "bound_without_assignment": stray, "restarted_extender": restarted,
+            "failed_scheduling_attempts": stats.failed if stats else None,
+            "verb_ms_p50": {verb: round(sorted(ts)[len(ts) // 2] * 1000, 1)
+                            for verb, ts in (stats.verb_seconds.items() if stats else ()) if ts},
+            "cpu_ms_per_pod": {k: round(v * 1000 / max(bound, 1), 2) for k, v in cpu.items()},
+            "api_server": api_name, "scheduler": scheduler_name, "webhook": webhook,
+            "extender": "gpuslice scheduler (own process, Lease leader election)",
+            "node_agent": f"emulated: marks gpuslice.io/allocated {a.allocate_ms:g} ms after "
+                          "it sees a pod bound",
+        }
+    finally:
+        await client.close()
+        if sched_proc is not None:
+            sched_proc.stop()
+        procs.stop()
+        if server is not None:
+            server.stop()
+        if plane is not None:
+            plane.stop()
+
+
+def webhook_config(url: str, ca: bytes) -> dict[str, Any]:
+    return {"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration", "metadata": {"name": "gpuslice"},
+            "webhooks": [{"name": "pods.gpuslice.io", "admissionReviewVersions": ["v1"],
+                          "sideEffects": "None", "timeoutSeconds": 10, "failurePolicy": "Fail",
+                          "clientConfig": {"url": f"{url}/mutate",
+                                           "caBundle": base64.b64encode(ca).decode()},
+                          "rules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                     "operations": ["CREATE"], "resources": ["pods"]}]}]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--gpus", type=int, default=8, help="GPUs per node (80 GiB, split 10)")
+    ap.add_argument("--pods", type=int, default=2000)
+    ap.add_argument("--restart", action="store_true",
+                    help="SIGKILL the extender when half the pods are bound, start a new one")
+    ap.add_argument("--allocate-ms", type=float, default=50.0,
+                    help="the emulated node agent's delay from bind to gpuslice.io/allocated")
+    ap.add_argument("--concurrency", type=int, default=32, help="pod creations in flight")
+    ap.add_argument("--no-webhook", action="store_true")
+    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    out = asyncio.run(run(a))
+    print(json.dumps(out) if a.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+    return 0 if out["overcommitted_gpus"] == 0 and out["bound"] == a.pods else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
