@@ -26,6 +26,8 @@ def explain(exc: msgspec.ValidationError, *, prefix: str = "") -> tuple[str, str
     assert m is not None  # the pattern matches any text
     path = (m.group("path") or "").lstrip(".")
     what = m.group("what").replace("`", "")
+    if "[...]" in path:  # msgspec's mark for a key of a free-form mapping: name the field above
+        path, what = path[:path.index("[...]")], f"{what} (in a value nested inside it)"
     what = what[:1].lower() + what[1:]
     if what.startswith("object contains unknown field"):
         field = what.rsplit(" ", 1)[-1]

@@ -85,7 +85,7 @@ BAD = [
      't.jsonl:2: pod default/job-2: container "main": nvidia.com/gpu=1e99', "a whole number"),
     ("an integer of 5,000 digits",
      _line(pod=_pod({"nvidia.com/gpu": 123456789})).replace("123456789", "1" * 5000),
-     "t.jsonl:2: pod", "<seconds>"),
+     "t.jsonl:2: pod: integer value out of range (in a value nested inside it)", "<seconds>"),
     ("an infinite time", '{"arrival": 1e999, "duration": 1, "pod": {}}',
      "t.jsonl:2: arrival: number out of range", "<seconds>"),
     ("a job that is not an object", "[1, 2]", "t.jsonl:2: expected object, got array",
