@@ -1,8 +1,8 @@
 """The `gpuslice` command: one click group, each command a thin adapter to a module.
 
 Exit codes: 0 ok, 1 user error (bad input), 2 usage, 3 environment (no driver/GPU/library),
-127 `gpuslice run` of a missing program, 130 interrupted. Errors print `gpuslice: error: ...`
-lines (one per problem) with the fix; `--debug` shows the traceback instead.
+126/127 `gpuslice run` of a program that cannot run / is missing, 130 interrupted. Errors print
+`gpuslice: error: ...` lines (one per problem) with the fix; `--debug` shows the traceback.
 Tests: tests/unit/test_cli.py (errors, usage), test_cli_run.py (run/top), test_cli_simulate.py
 """
 
@@ -123,7 +123,8 @@ def run(gpu_memory: str | None, gpu_compute: int | None, compute_mode: str | Non
     """Run COMMAND with libgpuslice enforcing the given limits (no Kubernetes needed).
 
     Exits with COMMAND's status; 3 if there is no NVIDIA driver (see --allow-uncapped) or no
-    library, 127 if COMMAND does not exist. Signals to gpuslice are passed on to COMMAND."""
+    library, 127 if COMMAND does not exist (126: not executable). Signals to gpuslice are passed
+    on to COMMAND."""
     sys.exit(_lazy("gpuslice.shim", "run_command")(
         command=list(command), gpu_memory=gpu_memory, gpu_compute=gpu_compute,
         compute_mode=compute_mode, region=region, allow_uncapped=allow_uncapped))

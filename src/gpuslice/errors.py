@@ -9,6 +9,7 @@ GpusliceError
  ├── EnvironmentProblem  the machine lacks what a command needs (NVIDIA driver, GPU, kubelet
  │                    socket, API server at start-up): CLI exit code 3
  └── CommandNotFound  `gpuslice run` was given a program that does not exist: exit 127, as a shell
+      └── CommandNotExecutable  ... that exists but cannot be executed: exit 126, as a shell
 
 `exit_code` is what the CLI exits with (docs/troubleshooting.md): 1 bad input, 3 environment.
 A message may hold several lines (one problem each); the CLI prints each as its own error line.
@@ -21,6 +22,7 @@ import sys
 
 __all__ = [
     "CodecError",
+    "CommandNotExecutable",
     "CommandNotFound",
     "ConfigError",
     "EnvironmentProblem",
@@ -72,9 +74,15 @@ class EnvironmentProblem(GpusliceError):
 
 
 class CommandNotFound(GpusliceError):
-    """The program to run does not exist or cannot be executed."""
+    """The program to run does not exist."""
 
     exit_code = 127
+
+
+class CommandNotExecutable(CommandNotFound):
+    """The program to run exists but cannot be executed (no x bit, a directory, a bad binary)."""
+
+    exit_code = 126
 
 
 def warn(message: str) -> None:

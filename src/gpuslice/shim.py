@@ -7,8 +7,8 @@ Invariants: stdlib only at import time (runs with PYTHONPATH=src where msgspec i
 rich are imported inside the commands); totals are derived from live slots, as the library does.
 Failure: ShimError (CLI exit 3) for a missing library or an unreadable/foreign region,
 EnvironmentProblem (exit 3) for no NVIDIA driver, QuantityError (exit 1) for a bad --gpu-memory,
-CommandNotFound (exit 127). Tests: tests/unit/test_shim_py.py, tests/unit/test_cli_run.py,
-tests/native/ (fake driver)."""
+CommandNotFound (127) / CommandNotExecutable (126), as a shell. Tests: tests/unit/test_shim_py.py,
+tests/unit/test_cli_run.py, tests/native/ (fake driver)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuslice.errors import CommandNotFound, EnvironmentProblem, GpusliceError, ShimError, warn
+from gpuslice.errors import (
+    CommandNotExecutable,
+    CommandNotFound,
+    EnvironmentProblem,
+    GpusliceError,
+    ShimError,
+    warn,
+)
 
 __all__ = ["DeviceView", "ProcessView", "Region", "driver_problem", "library_path", "run_command",
            "shim_command", "top_command"]
@@ -386,8 +393,8 @@ def _wait(command: list[str], env: dict[str, str]) -> int:
         try:
             proc = subprocess.Popen(command, env=env)
         except OSError as exc:
-            raise CommandNotFound(f"cannot start {command[0]}: {exc.strerror}; check the "
-                                  "path and that it is an executable") from None
+            raise CommandNotExecutable(f"cannot start {command[0]}: {exc.strerror}; check "
+                                       "that it is an executable program") from None
         for signum in early:
             proc.send_signal(signum)
         rc = proc.wait()
@@ -409,6 +416,9 @@ def run_command(*, command: list[str], gpu_memory: str | None, gpu_compute: int 
     if region is not None:
         _check_region(Path(region))
     if shutil.which(command[0]) is None:
+        if "/" in command[0] and Path(command[0]).exists():
+            raise CommandNotExecutable(f"{command[0]}: not an executable file; check the path, "
+                                       f"or `chmod +x {command[0]}`")
         raise CommandNotFound(f"command not found: {command[0]}; check PATH or give a full path")
     no_driver = driver_problem()
     if no_driver is not None:

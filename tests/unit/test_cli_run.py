@@ -86,6 +86,15 @@ def test_a_missing_program_exits_127_like_a_shell() -> None:
                    "a full path"]
 
 
+def test_a_program_that_cannot_be_executed_exits_126_like_a_shell(tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")  # no x bit
+    code, err, _ = invoke("run", "--allow-uncapped", "--", str(script))
+    assert code == 126
+    assert err == [f"gpuslice: error: {script}: not an executable file; check the path, or "
+                   f"`chmod +x {script}`"]
+
+
 def test_top_on_a_missing_region_explains_when_regions_appear(tmp_path: Path) -> None:
     code, err, _ = invoke("top", "--once", "--region", str(tmp_path / "job.region"))
     assert code == 3 and len(err) == 1, err
