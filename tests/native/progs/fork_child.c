@@ -1,14 +1,16 @@
 /* fork_child: fork while another thread of the parent is inside libgpuslice holding one of its
  * locks, then call CUDA in the child (tests/native/test_fork_child_never_deadlocks.py).
  * A background thread creates a context, which the fake driver makes slow
- * (FAKE_CUDA_CONTEXT_DELAY_MS): the library holds its context lock meanwhile. 300 ms later the
- * main thread forks; the child creates a context and allocates. The parent waits up to 10 s.
+ * (FAKE_CUDA_CONTEXT_DELAY_MS): the library holds its context lock meanwhile. 300 ms later (or
+ * argv[1] ms: a real driver's creation is shorter) the main thread forks; the child creates a
+ * context and allocates. The parent waits up to 10 s.
  * Prints "child rc=<ctx create> alloc=<alloc>" (from the child) and "wait rc=0" (child exited)
  * or "wait rc=-1" (the child hung and was killed). */
 #include <cuda.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,8 +30,9 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    long fork_after_ms = argc > 1 ? atol(argv[1]) : 300;
     setvbuf(stdout, NULL, _IOLBF, 0);
     CUcontext ctx;
     if (cuInit(0) || cuDeviceGet(&g_dev, 0) || cuDevicePrimaryCtxRetain(&ctx, g_dev) || cuCtxSetCurrent(ctx)) {
@@ -39,7 +42,7 @@ int main(void)
     CUresult bg = CUDA_SUCCESS;
     pthread_t t;
     pthread_create(&t, NULL, creator, &bg);
-    sleep_ms(300); /* the creator is inside the slow creation now */
+    sleep_ms(fork_after_ms); /* the creator is inside the slow creation now */
     pid_t pid = fork();
     if (pid == 0) {
         CUcontext c;
