@@ -7,9 +7,10 @@ static CUDA, a cleared ld.so.preload, a binary that ignores it); reporting each 
 process (event LimitViolation on the pod, metric, log), and SIGKILL when configured; and
 removing the region directories of pods that no longer exist (after a grace period, only with
 a fresh pod list: never while the API server is away).
+Whose process: region slots hold pids as the container sees them, NVML here lists host pids;
+they are joined on (innermost pid, start time) from /proc/<pid>/status and stat.
 Does not: enforce anything inside containers (the library does; this is the backstop).
-Failure: a GPU NVML cannot query is skipped this round; a process that exits before the kill
-is fine (ProcessLookupError ignored).
+Failure: a GPU NVML cannot query is skipped this round; a process gone before the kill is fine.
 Tests: tests/integration/node/test_exporter_reads_real_regions.py,
 tests/gpu/test_node_agent_on_gpu.py
 """
@@ -30,7 +31,7 @@ from gpuslice.node import regions
 from gpuslice.node.nvml import GPUBackend, GPULost
 from gpuslice.node.settings import WatchdogConfig
 
-__all__ = ["Violation", "Watchdog", "pod_uid_of_pid"]
+__all__ = ["Violation", "Watchdog", "pod_uid_of_pid", "process_identity"]
 
 log = logging.getLogger(__name__)
 MiB = 1 << 20
@@ -61,6 +62,24 @@ class Violation:
                 "clear /etc/ld.so.preload or link CUDA statically)")
 
 
+def process_identity(pid: int, proc: str = "/proc") -> tuple[int, int, str | None] | None:
+    """(pid in its innermost pid namespace, start time in clock ticks, pod UID or None) of a
+    host pid, from /proc; None when the process is gone or unreadable."""
+    try:
+        stat = Path(f"{proc}/{pid}/stat").read_text(errors="replace")[:4096]
+        status = Path(f"{proc}/{pid}/status").read_text(errors="replace")[:65536]
+        start = int(stat[stat.rindex(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+    ns = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")),
+              [str(pid)])
+    try:
+        ns_pid = int(ns[-1])
+    except (ValueError, IndexError):
+        return None
+    return ns_pid, start, pod_uid_of_pid(pid, proc)
+
+
 def pod_uid_of_pid(pid: int, proc: str = "/proc") -> str | None:
     """The pod UID in the process's cgroup path (kubepods...pod<uid>...), or None."""
     try:
@@ -88,19 +107,41 @@ class Watchdog:
         self._proc = proc
         self._reported: set[tuple[str, int]] = set()
 
-    def check(self) -> list[Violation]:
-        """One round; returns the violations not reported before (each process once per kind)."""
-        owners: dict[int, tuple[str, str]] = {}  # pid (as NVML lists it) -> (uid, container)
+    def _owner_finder(self) -> tuple[Callable[[int], tuple[str, str] | None],
+                                     dict[tuple[str, str, str], int]]:
+        """Who owns an NVML pid, and each container's limit per GPU, from the regions."""
+        by_ns: dict[tuple[int, int], list[tuple[str, str]]] = {}  # (pid, start) -> containers
+        by_nvml: dict[int, tuple[str, str]] = {}
         limits: dict[tuple[str, str, str], int] = {}  # (uid, container, uuid) -> limit
         for cr in regions.scan(self.root):
             if cr.region is None:
                 continue
             for p in cr.region.processes:
                 if p.state != "free":
-                    owners[p.nvml_pid or p.pid] = (cr.pod_uid, cr.container)
+                    by_ns.setdefault((p.pid, p.start_time), []).append((cr.pod_uid, cr.container))
+                    if p.nvml_pid:
+                        by_nvml[p.nvml_pid] = (cr.pod_uid, cr.container)
             for d in cr.region.by_uuid().values():
                 if d.limit:
                     limits[(cr.pod_uid, cr.container, d.uuid)] = d.limit
+
+        def owner(pid: int) -> tuple[str, str] | None:
+            """Slots hold pids as the process sees them (its pid namespace); NVML here lists
+            host pids: match on the innermost pid and start time (and the pod, from the
+            cgroup, when two containers could match), else on the pid NVML gave the library."""
+            ident = process_identity(pid, self._proc)
+            if ident is not None:
+                ns_pid, start, uid = ident
+                mine = [o for o in by_ns.get((ns_pid, start), ()) if uid in (None, o[0])]
+                if len(mine) == 1:
+                    return mine[0]
+            return by_nvml.get(pid)
+
+        return owner, limits
+
+    def check(self) -> list[Violation]:
+        """One round; returns the violations not reported before (each process once per kind)."""
+        owner_of, limits = self._owner_finder()
         shared = {s.uuid for a in self.assignments().values() for s in a.slices()}
         found = []
         for g in self.gpus():
@@ -110,7 +151,7 @@ class Watchdog:
                 continue
             per_container: dict[tuple[str, str], list[tuple[int, int]]] = {}
             for p in procs:
-                owner = owners.get(p.pid)
+                owner = owner_of(p.pid)
                 if owner is not None:
                     per_container.setdefault(owner, []).append((p.pid, p.used_bytes))
                 elif g.uuid in shared and self.cfg.unmanaged:

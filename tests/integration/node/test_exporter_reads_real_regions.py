@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +16,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "native"))
 
-from harness import CUDA_INCLUDE, Binaries, BuildError, Harness, MiB, build_all, read_line
+from harness import (
+    CUDA_INCLUDE,
+    Binaries,
+    BuildError,
+    Harness,
+    MiB,
+    Spawned,
+    build_all,
+    read_line,
+)
 
 from gpuslice import model
 from gpuslice.node import regions
@@ -122,3 +132,41 @@ def test_sweep_removes_regions_of_pods_gone_but_only_with_a_fresh_pod_list(tmp_p
     fresh[0] = True
     assert dog.sweep({"live"}) == ["gone"]
     assert sorted(p.name for p in root.iterdir()) == ["live"] and Path("/etc/passwd").exists()
+
+
+def _can_unshare() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"],
+                           capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+def test_a_process_in_its_own_pid_namespace_is_matched_to_its_container(binaries, tmp_path):
+    """As in a container: the region holds the pid the process sees (1), NVML on the host
+    lists the host pid; the watchdog must still know whose process it is."""
+    if not _can_unshare():
+        pytest.skip("cannot make a pid namespace here (unshare --pid needs root or userns)")
+    root = tmp_path / "regions"
+    d = regions.prepare(root, UID, "main")
+    gs = Harness(binaries, tmp_path)
+    env = gs.env(limit="64Mi", region=d / "region", extra={"GPUSLICE_DEVICE_UUIDS": FAKE_GPU})
+    argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", str(binaries["probe"]),
+            "init", "ctx", "0", "alloc", str(48 * MiB), "hold"]
+    proc = Spawned(subprocess.Popen(argv, env=env, text=True, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE))
+    try:
+        assert read_line(proc, "alloc").rc == 0
+        children = Path(f"/proc/{proc.popen.pid}/task/{proc.popen.pid}/children").read_text()
+        host_pid = int(children.split()[0])
+        (slot,) = [p for p in regions.scan(root)[0].region.processes if p.state == "live"]
+        assert slot.pid != host_pid, "the slot holds the namespace pid, not the host's"
+        fake = FakeBackend.with_uuids([FAKE_GPU])
+        fake.set_processes(FAKE_GPU, {host_pid: 200 * MiB})
+        dog = Watchdog(fake, root, WatchdogConfig(), gpus=_gpus, assignments=_assignments,
+                       pods_fresh=lambda: True)
+        assert [(v.kind, v.pids, v.pod_uid) for v in dog.check()] == [
+            ("over_limit", (host_pid,), UID)], "its container's process, over the limit"
+    finally:
+        proc.kill()
+        proc.wait()
