@@ -46,7 +46,6 @@ class KubeletLink:
         self.plugins = plugins
         self.poll_s = poll_s
         self.registered: set[str] = set()
-        self.registrations = 0  # successful Register calls
         self._on_registered = on_registered
         self._failing: set[str] = set()
         self._servers: dict[str, grpc.aio.Server] = {}
@@ -87,7 +86,6 @@ class KubeletLink:
             return
         self._failing.discard(p.resource)
         self.registered.add(p.resource)
-        self.registrations += 1
         if self._on_registered is not None:
             self._on_registered(p.resource)
         log.info("registered with the kubelet", extra={"resource": p.resource})
