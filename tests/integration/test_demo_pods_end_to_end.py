@@ -1,0 +1,122 @@
+"""The worked demo (docs/demo.md): each pod of examples/pods/, written as HAMi, Volcano or GPU
+Manager users write it, is created with kubectl through the API server, which calls the real
+webhook over HTTPS; the kube-scheduler driver calls the real extender (filter, prioritize,
+bind); the kubelet emulator calls the real node agent (2 fake GPUs) for Allocate. What a user
+would check is asserted, and docs/demo.md must show what this run produced."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from demo_setup import EXAMPLES, PODS, ROOT, DemoCluster, Trip, demo, render
+from pods import gpu
+
+from gpuslice import codec, dialects, handoff
+from gpuslice.webhook.admit import IDENTITY_ENV
+
+DOC = ROOT / "docs" / "demo.md"
+GPUS = {gpu(0), gpu(1)}
+MIB_PER_GPU = 16384  # the fake backend's GPUs
+
+
+def check_admitted(t: Trip) -> None:
+    """The webhook's patch was applied: our scheduler, the managed label, identity env."""
+    pod, written = t.pod, yaml.safe_load((ROOT / t.file).read_text())
+    assert pod["spec"]["schedulerName"] == "gpuslice-scheduler", t.file
+    assert pod["metadata"]["labels"][handoff.MANAGED_LABEL] == "true", t.file
+    assert any(op["path"] == "/spec/schedulerName" for op in t.patch), \
+        f"{t.file}: the recorded webhook reply is the one that set the scheduler"
+    for c, c_written in zip(pod["spec"]["containers"], written["spec"]["containers"],
+                            strict=True):
+        assert [e["name"] for e in c["env"]][:4] == [n for n, _ in IDENTITY_ENV], c["name"]
+        limits = c["resources"]["limits"]
+        for name, value in c_written["resources"]["limits"].items():
+            assert str(limits[name]) == str(value), f"{t.file}: the user's {name} is kept"
+
+
+def check_placed(t: Trip) -> dict[str, list[tuple[str, int, int]]]:
+    """Bound to the node with an assignment that matches the request; container -> slices."""
+    ann = t.pod["metadata"]["annotations"]
+    assert t.pod["spec"]["nodeName"] == "node-a"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", ann[handoff.BOUND_AT])
+    assignment = codec.decode_assignment(ann[codec.ASSIGNMENT_ANNOTATION])
+    request = dialects.parse_pod(t.pod, dialects.Defaults(memory_percent=100))
+    slices = {c.container: [(s.uuid, s.memory_mib, s.cores) for s in c.slices]
+              for c in assignment.containers}
+    for want in request.slices:
+        got = slices[want.container]
+        assert len(got) == want.count and {u for u, _, _ in got} <= GPUS, t.file
+        assert len({u for u, _, _ in got}) == want.count, "a container's GPUs are distinct"
+        mem = want.memory_mib or MIB_PER_GPU * want.memory_percent // 100
+        assert all(m == mem and c == want.cores for _, m, c in got), (t.file, got, want)
+    return slices
+
+
+def check_allocated(t: Trip, slices: dict[str, list[tuple[str, int, int]]]) -> None:
+    """Each container's Allocate answer carries its own slice, in the assignment's order."""
+    uid = t.pod["metadata"]["uid"]
+    assert t.pod["metadata"]["annotations"][handoff.ALLOCATED] == ",".join(t.allocate)
+    for container, reply in t.allocate.items():
+        env, mine = dict(reply.envs), slices[container]
+        uuids = [u for u, _, _ in mine]
+        assert env["GPUSLICE_DEVICE_UUIDS"] == ",".join(uuids)
+        assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(uuids)
+        for i, (_, mem, _) in enumerate(mine):
+            assert env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] == f"{mem}m", (container, i)
+        assert env["CUDA_DEVICE_SM_LIMIT"] == str(mine[0][2])
+        region = env["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
+        mounts = {m.container_path: m.host_path for m in reply.mounts}
+        assert region.startswith("/var/run/gpuslice/"), region
+        assert mounts["/var/run/gpuslice"].endswith(f"/regions/{uid}/{container}"), \
+            "each container gets its own region directory"
+        assert any(p.endswith("libgpuslice.so") for p in mounts), "the library is mounted"
+
+
+async def test_every_example_pod_is_mutated_placed_and_allocated_as_docs_demo_shows(kube_api):
+    async with demo(kube_api) as (cluster, trips):
+        state_dir = str(cluster.node.state)
+    used: dict[str, int] = {}
+    for t in trips:
+        check_admitted(t)
+        slices = check_placed(t)
+        check_allocated(t, slices)
+        for uuid, mem, _ in (s for ss in slices.values() for s in ss):
+            used[uuid] = used.get(uuid, 0) + mem
+    assert all(v <= MIB_PER_GPU for v in used.values()), f"no GPU over-committed: {used}"
+    shown, produced = doc_blocks(), render(trips, state_dir)
+    assert sorted(shown) == sorted(produced), "docs/demo.md shows one block per step and pod"
+    for name, text in produced.items():
+        assert shown[name] == text, (
+            f"docs/demo.md block {name!r} differs from this run; regenerate it with "
+            f"`python examples/demo.py --markdown` and paste the block")
+
+
+async def test_a_volcano_pod_that_names_the_volcano_scheduler_is_left_to_it(kube_api, tmp_path):
+    """Volcano's own README sets schedulerName: volcano; gpuslice does not take such pods."""
+    written = yaml.safe_load((EXAMPLES / "volcano.yaml").read_text())
+    written["spec"]["schedulerName"] = "volcano"
+    path = tmp_path / "volcano-as-documented.yaml"
+    path.write_text(yaml.safe_dump(written))
+    async with DemoCluster(kube_api) as cluster:
+        printed = await cluster.create(path)
+        pod = await cluster.pod("volcano-pod")
+    assert "Warning: spec.schedulerName=volcano: gpuslice will not place or cap this pod; " \
+           "remove it to use gpuslice" in printed
+    assert pod["spec"]["schedulerName"] == "volcano"
+    assert handoff.MANAGED_LABEL not in (pod["metadata"].get("labels") or {})
+
+
+@pytest.mark.parametrize("name", PODS)
+def test_each_example_pod_is_plain_kubernetes_yaml_without_gpuslice_fields(name):
+    text = (EXAMPLES / name).read_text()
+    assert "gpuslice" not in text.split("apiVersion:", 1)[1], "no gpuslice-specific field"
+    pod = yaml.safe_load(text)
+    assert pod["kind"] == "Pod" and "schedulerName" not in pod["spec"]
+
+
+def doc_blocks() -> dict[str, str]:
+    """docs/demo.md's generated blocks: <!-- demo: NAME --> then a fenced block."""
+    found = re.findall(r"<!-- demo: (.+?) -->\n```\w*\n(.*?)\n```", DOC.read_text(), re.S)
+    return dict(found)
