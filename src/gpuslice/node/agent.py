@@ -76,7 +76,8 @@ class Agent:
         devices = backend.devices()
         self.health = Health(backend, [d.uuid for d in devices],
                              recovery_s=cfg.xid_recovery_seconds)
-        self.cluster = Cluster(client, cfg.node_name, pod_resync_s=cfg.pod_resync_seconds)
+        self.cluster = Cluster(client, cfg.node_name, pod_resync_s=cfg.pod_resync_seconds,
+                               journal=state / "answered.json")
         self.inventory = Inventory(devices, cfg, self.cluster.set_node_annotation)
         self.metrics = AgentMetrics()
         self.metrics.add_usage(UsageCollector(backend, self.regions_root, self.gpus,

@@ -1,15 +1,15 @@
 """The node agent's view of the API server: managed pods on this node, and writes that wait.
 
 Owns: the pod store (pods with `spec.nodeName=<node>` and `gpuslice.io/managed=true`, kept by
-a kube.cache.Informer (list+watch), listed again on demand when an Allocate finds no pod, and
-every `pod_resync_s` as a safety net), the local record of containers answered but not yet
-written to `gpuslice.io/allocated`, and a queue of writes (allocated annotations, the node's
-inventory annotation) flushed with back-off.
+a kube.cache.Informer, listed again when an Allocate finds no pod and every `pod_resync_s`),
+the record of containers answered but not yet in `gpuslice.io/allocated` (journalled to
+`<state-dir>/answered.json`, read back at start), and a queue of writes (allocated marks, the
+node's inventory annotation) flushed with back-off.
 Does not: decide anything, or make the kubelet wait on the API (writes are queued).
 Invariants: `pods()` shows answered containers in `gpuslice.io/allocated` at once, so two
-Allocate calls never get the same container, whether or not the patch has landed; a pod
-deleted meanwhile drops its queued write (NotFound); the watch and the on-demand lists feed
-one store, where a pod's version only moves forward (kube.cache.newer).
+Allocate calls never get the same container, whether or not the patch has landed, even across
+an agent restart; the watch and the lists feed one store where a pod's version only moves
+forward (kube.cache.newer); a pod deleted meanwhile drops its queued write.
 On failure: `reachable` turns False, the store keeps its last content, writes stay queued and
 are retried every `retry_s` (doubling to 30 s) until the API server answers again.
 Tests: tests/integration/node/test_agent_with_kubelet.py
@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import os
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from lightkube import AsyncClient
@@ -52,7 +55,7 @@ def _merged(pod: Mapping[str, Any], answered: list[str]) -> dict[str, Any]:
 
 class Cluster:
     def __init__(self, client: AsyncClient, node: str, *, pod_resync_s: float = 30.0,
-                 retry_s: float = 1.0) -> None:
+                 retry_s: float = 1.0, journal: Path | None = None) -> None:
         self.client = client
         self.node = node
         self.pod_resync_s = pod_resync_s
@@ -61,6 +64,8 @@ class Cluster:
         self.reachable = False
         self._pods: dict[str, dict[str, Any]] = {}  # uid -> pod
         self._answered: dict[str, tuple[str, str, list[str]]] = {}  # uid -> (ns, name, names)
+        self._journal = journal
+        self._load()
         self._node_annotations: dict[str, str] = {}  # queued for the Node
         self._wake = asyncio.Event()
         self._refresh_lock = asyncio.Lock()
@@ -128,11 +133,31 @@ class Cluster:
 
     # ---- writing (queued)
     def answered(self, namespace: str, name: str, uid: str, container: str) -> None:
-        """An Allocate was answered for this container: record it now, write it soon."""
+        """An Allocate was answered for this container: record it now (in the journal too, so
+        an agent restarted before the write lands never answers that container again), write
+        it to the pod soon."""
         names = self._answered.setdefault(uid, (namespace, name, []))[2]
         if container not in names:
             names.append(container)
+        self._save()
         self._wake.set()
+
+    def _load(self) -> None:
+        if self._journal is None or not self._journal.exists():
+            return
+        try:
+            data = json.loads(self._journal.read_text())
+            self._answered = {str(uid): (str(ns), str(name), [str(c) for c in names])
+                              for uid, (ns, name, names) in data.items()}
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("journal %s unreadable (%s); starting without it", self._journal, exc)
+
+    def _save(self) -> None:
+        if self._journal is None:
+            return
+        tmp = self._journal.with_name(self._journal.name + ".tmp")
+        tmp.write_text(json.dumps({u: list(v) for u, v in self._answered.items()}))
+        os.replace(tmp, self._journal)
 
     def set_node_annotation(self, key: str, value: str) -> None:
         self._node_annotations[key] = value
@@ -169,6 +194,7 @@ class Cluster:
                 self._put(got)  # drops the entry once the annotation holds every name
             elif uid in self._answered and self._answered[uid][2] == sent:
                 del self._answered[uid]  # pod gone or replaced, or the API had it already
+            self._save()
 
     async def run(self) -> None:
         """Watch pods, keep the queue flushed and list again now and then, until cancelled."""

@@ -15,6 +15,8 @@ from pods import NODE, container, gpu, pod
 
 from gpuslice import codec, handoff
 from gpuslice.kube.client import dict_view
+from gpuslice.node.agent import Agent
+from gpuslice.node.nvml import FakeBackend
 
 GPU_RESOURCES = {"nvidia.com/gpu", "volcano.sh/vgpu-number", "tencent.com/vcuda-core"}
 
@@ -216,3 +218,20 @@ async def test_a_process_without_the_library_on_a_shared_gpu_is_a_limit_violatio
     assert hit and hit[0]["involvedObject"]["kind"] == "Node", \
         "a process of no pod is reported on the node"
     assert "without libgpuslice" in hit[0]["message"]
+
+
+async def test_an_agent_restarted_before_its_allocated_mark_landed_never_reanswers(node):
+    faults = node.api.need_faults()
+    p = await create(node.client, pod("two-step", [container("a"), container("b", mem=512)],
+                                      {"a": [gpu(0)], "b": [gpu(0)]}, at=time.time() - 1))
+    await node.kubelet.wait_devices("nvidia.com/gpu")
+    faults.fail_next(10_000, code=503, method="PATCH", resource="pods")
+    _, resp = await node.kubelet.allocate("nvidia.com/gpu", 1)  # container "a" only
+    assert env_of(resp)["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1024m"
+    node.agent.stop()  # the mark never reached the pod
+    again = Agent(node.agent.cfg, FakeBackend.with_count(2), node.client,
+                  library=node.state.parent / "libgpuslice.so")
+    await again.cluster.refresh()
+    got = await again.allocate("nvidia.com/gpu", [f"{gpu(0)}::1"])
+    assert (got.pod_uid, got.container) == (p["metadata"]["uid"], "b"), \
+        "the journal says container a was answered already"
