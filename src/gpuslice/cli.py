@@ -18,7 +18,7 @@ import click
 from gpuslice import __version__
 from gpuslice.errors import GpusliceError, RequestError
 
-EXIT_USER, EXIT_USAGE, EXIT_ENV = 1, 2, 3
+EXIT_USAGE = 2  # the other codes live on the error classes (GpusliceError.exit_code)
 
 
 def _fail(lines: str | list[str], code: int) -> NoReturn:
