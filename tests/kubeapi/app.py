@@ -9,6 +9,7 @@ Tests: tests/integration/kubeapi/"""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from .resources import BY_PATH, ResourceType
 from .selectors import field_matcher, label_matcher
 from .store import Obj, Store, Watcher
 
+log = logging.getLogger("kubeapi")
 JSON = "application/json"
 VERSION = {
     "major": "1", "minor": "36", "gitVersion": "v1.36.0-gpuslice-test", "gitCommit": "",
@@ -94,6 +96,11 @@ class ApiApp:
             response = await self._dispatch(request)
         except ApiProblem as p:
             response = problem_reply(p)
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as e:  # a bug here must reach the test as a Status, with its cause
+            log.exception("%s %s failed", request.method, request.path)
+            response = problem_reply(errors.internal(f"{type(e).__name__}: {e}"))
         record.status = response.status
         return response
 
@@ -393,11 +400,19 @@ async def _options(request: web.Request) -> Obj:
     options: Obj = {}
     if request.can_read_body:
         raw = await request.read()
-        if raw.strip():
+        try:
             options = msgspec.json.decode(raw) if raw.strip() else {}
+        except msgspec.DecodeError as e:
+            raise errors.bad_request(f"the DeleteOptions could not be decoded: {e}") from None
+        if not isinstance(options, dict):
+            raise errors.bad_request("the DeleteOptions must be a JSON object")
     q = request.query
     if "gracePeriodSeconds" in q:
-        options["gracePeriodSeconds"] = int(q["gracePeriodSeconds"])
+        try:
+            options["gracePeriodSeconds"] = int(q["gracePeriodSeconds"])
+        except ValueError:
+            raise errors.bad_request(f"invalid gracePeriodSeconds "
+                                     f"{q['gracePeriodSeconds']!r}") from None
     if q.get("dryRun") == "All":
         options["dryRun"] = ["All"]
     return options

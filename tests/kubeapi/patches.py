@@ -109,7 +109,9 @@ def json_patch(target: Any, ops: Any) -> Any:
     return doc
 
 
-def _pointer(path: str) -> list[str]:
+def _pointer(path: Any) -> list[str]:
+    if not isinstance(path, str):
+        raise PatchError(f"path {path!r} is not a JSON pointer (a string)")
     if path == "":
         return []
     if not path.startswith("/"):
@@ -135,6 +137,8 @@ def _apply_op(doc: Any, op: dict[str, Any]) -> Any:
         if _resolve(doc, parts, path) != op.get("value"):
             raise PatchError(f"testing value {path} failed: test failed")
         return doc
+    if not isinstance(name, str):
+        raise PatchError(f"unknown operation {name!r}")
     if name in ("move", "copy"):
         if "from" not in op:
             raise PatchError(f"{name} at {path}: missing 'from'")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from . import errors, objects
+from . import errors, objects, shapes
 from .patches import PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import BY_PATH, ResourceType
 
@@ -106,7 +106,7 @@ class Store:
         at, start = self.rv, ""
         if token:
             at, start = _decode_continue(token)
-            if at <= self.compacted and at != self.rv:
+            if at < self.compacted:
                 raise errors.expired("The provided continue parameter is too old to display a "
                                      "consistent list result. You can start a new list without "
                                      "the continue parameter.")
@@ -191,6 +191,7 @@ class Store:
     def admission_view(self, rt: ResourceType, ns: str | None, body: Obj, manager: str) -> Obj:
         """The new object as admission webhooks see it: defaulted and through built-in
         admission, no uid, resourceVersion or creationTimestamp yet."""
+        shapes.check(rt, body)
         meta = dict(body.get("metadata") or {})
         if rt.namespaced:
             meta["namespace"] = ns
@@ -231,6 +232,7 @@ class Store:
     def update(self, rt: ResourceType, ns: str | None, name: str, body: Obj, *,
                subresource: str = "", manager: str = "", dry_run: bool = False) -> Obj:
         old = self.get(rt, ns, name)
+        shapes.check(rt, body)
         meta = body.get("metadata") or {}
         if meta.get("name", name) != name:
             raise errors.bad_request(f"the name of the object ({meta.get('name')}) does not "
@@ -250,8 +252,9 @@ class Store:
             new = apply(old, patch)
         except PatchError as e:
             raise errors.invalid(rt, name, [("patch", "FieldValueInvalid", str(e))]) from None
-        if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
-            raise errors.bad_request(f"the patch turned {rt.kind} {name!r} into a non-object")
+        shapes.check(rt, new)
+        if not isinstance(new.get("metadata"), dict):
+            raise errors.bad_request(f"the patch left {rt.kind} {name!r} without metadata")
         meta, old_meta = new["metadata"], old["metadata"]
         if meta.get("resourceVersion") != old_meta["resourceVersion"] and meta.get(
                 "resourceVersion"):
@@ -297,6 +300,12 @@ class Store:
         pods = BY_PATH[("", "v1", "pods")]
         meta = binding.get("metadata") or {}
         target = binding.get("target") or {}
+        if not isinstance(meta, dict) or not isinstance(target, dict) or not all(
+                isinstance(v, str) for v in (*target.values(), meta.get("name", ""),
+                                             meta.get("uid", ""))) or not isinstance(
+                meta.get("annotations") or {}, dict):
+            raise errors.bad_request('Binding in version "v1" cannot be handled as a Binding: '
+                                     "metadata and target must be objects of strings")
         if meta.get("name") and meta["name"] != name:
             raise errors.bad_request("name in URL does not match name in Binding object")
         if target.get("kind", "Node") not in ("", "Node"):

@@ -1,0 +1,86 @@
+"""Garbage in gets a Status out: a 4xx that says what is wrong, never a crash or a 500
+(either backend, except the property test, which hammers the in-process server)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kubeapi.raw import pod_body
+
+PODS = "/api/v1/namespaces/default/pods"
+
+
+@pytest.mark.parametrize(("method", "path", "body", "content_type", "code"), [
+    ("POST", PODS, "{not json", "application/json", 400),
+    ("POST", PODS, "[1, 2]", "application/json", 400),
+    ("POST", PODS, json.dumps({"apiVersion": "v1", "kind": "Node",
+                               "metadata": {"name": "x"}}), "application/json", 400),
+    ("GET", "/api/v1/namespaces/default/gizmos", None, "application/json", 404),
+    ("GET", "/apis/nope.example.com/v1", None, "application/json", 404),
+    ("PATCH", f"{PODS}/p", "{}", "text/plain", 415),
+    ("PATCH", f"{PODS}/p", '{"op": "add"}', "application/json-patch+json", 422),
+    ("DELETE", f"{PODS}/p?gracePeriodSeconds=soon", None, "application/json", 400),
+    ("GET", f"{PODS}?limit=many", None, "application/json", 400),
+    ("GET", f"{PODS}?resourceVersion=abc&resourceVersionMatch=Exact", None,
+     "application/json", 400),
+], ids=["not-json", "not-an-object", "wrong-kind", "unknown-resource", "unknown-group",
+        "unknown-patch-type", "json-patch-not-a-list", "bad-grace-period", "bad-limit",
+        "bad-resource-version"])
+async def test_a_malformed_request_is_a_status_naming_the_problem(
+        kube_api, raw, method, path, body, content_type, code):
+    await raw.create(pod_body("p"))
+    async with kube_api.http() as http:
+        reply = await http.request(method, path, content=body,
+                                   headers={"Content-Type": content_type})
+    assert reply.status_code == code, reply.text
+    status = reply.json()
+    assert status["kind"] == "Status" and status["status"] == "Failure" and status["message"]
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=12)
+METADATA = st.fixed_dictionaries({"name": st.sampled_from(["p", "q", "Bad_Name", ""])},
+                                 optional={"labels": JSON, "annotations": JSON,
+                                           "finalizers": JSON, "resourceVersion": JSON})
+BODIES = st.fixed_dictionaries({"metadata": METADATA}, optional={
+    "apiVersion": st.sampled_from(["v1", "v2", 7]), "kind": st.sampled_from(["Pod", 3]),
+    "spec": JSON | st.fixed_dictionaries({"containers": JSON}), "status": JSON})
+
+
+PATCH_TYPES = st.sampled_from(["application/merge-patch+json",
+                                "application/strategic-merge-patch+json",
+                                "application/json-patch+json"])
+OPS = st.lists(st.fixed_dictionaries(
+    {"op": st.sampled_from(["add", "remove", "replace", "move", "copy", "test", 5]),
+     "path": st.sampled_from(["", "/metadata/labels", "/metadata/labels/a", "/spec", "/x/y",
+                              "/spec/containers/0", "/spec/containers/-", "nope", 3])},
+    optional={"value": JSON, "from": st.sampled_from(["/metadata", "/q", 1])}), max_size=3)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[
+    HealthCheck.function_scoped_fixture])
+@given(body=BODIES, patch=JSON | OPS, patch_type=PATCH_TYPES, binding=JSON)
+def test_random_bodies_patches_and_bindings_never_break_the_server(kube_api, body, patch,
+                                                                   patch_type, binding):
+    if kube_api.server is None:
+        pytest.skip("hammers the in-process server only")
+    from lightkube.config.client_adapter import Client, ConnectionParams
+
+    with Client(kube_api.config().get(), ConnectionParams()) as http:
+        http.post(PODS, json=pod_body("p"))  # the target of the patches (409 once it exists)
+        created = http.post(PODS, content=json.dumps(body).encode(),
+                            headers={"Content-Type": "application/json"})
+        patched = http.patch(f"{PODS}/p", content=json.dumps(patch).encode(),
+                             headers={"Content-Type": patch_type})
+        bound = http.post(f"{PODS}/p/binding", content=json.dumps(binding).encode(),
+                          headers={"Content-Type": "application/json"})
+        listed = http.get(PODS)
+    for reply in (created, patched, bound):
+        assert reply.status_code < 500, reply.text
+        assert reply.status_code in (200, 201) or reply.json()["kind"] == "Status"
+    assert listed.status_code == 200
