@@ -2,13 +2,16 @@
 kube-scheduler stand-in. Not shipped: tests and benchmarks import it as `kubeapi` (tests/ is
 on sys.path under pytest; benchmarks add it).
 Open first: fixtures.py (what a test gets), then server.py.
-  server.py           KubeApiServer: the in-process server on its own thread (HTTP + HTTPS)
+  server.py           KubeApiServer: the server on its own thread (HTTP + HTTPS); spawn()
   app.py              HTTP paths, verbs, watch streams;  store.py  objects, resourceVersions
-  objects.py          per-kind defaults/validation;  patches.py  merge, strategic, JSON patch
-  selectors.py        label/field selectors;  errors.py  Status bodies;  tables.py  kubectl
+  shapes.py           JSON types (400);  objects.py  per-kind defaults, validation (422)
+  patches.py          merge, strategic, JSON patch;  selectors.py  label/field selectors
+  admission.py        calls admission webhooks;  errors.py  Status bodies;  tables.py  kubectl
   resources.py        the served types + discovery;  faults.py  fault injection
   certs.py            CA, certificates, kubeconfig;  envtest.py  real kube-apiserver + etcd
-  scheduler_driver.py plays kube-scheduler against an HTTP extender
+  raw.py              raw HTTP helpers for tests;  __main__.py  `python -m kubeapi`
+  scheduler_driver.py plays kube-scheduler against an extender (scheduler_filters.py: its
+                      own filters and messages)
 Tests: tests/integration/kubeapi/"""
 
 from .faults import DUPLICATE_EVENTS, REORDERED_EVENTS, Faults
