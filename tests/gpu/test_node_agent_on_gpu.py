@@ -157,10 +157,25 @@ def test_the_allocate_answer_caps_pytorch_and_the_exporter_matches_nvml(
     assert nvml_full <= cap + GRANULE, f"NVML shows {nvml_full / MiB:.0f} MiB past the cap"
 
 
+def _host_pid(child: Any, in_namespace: bool) -> int:
+    """The pid NVML lists for a holder here (under unshare: the child of unshare)."""
+    if not in_namespace:
+        return child.pid
+    pid = child.proc.pid
+    return int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+
+
+@pytest.mark.parametrize("in_namespace", [False, True], ids=["same pid namespace",
+                                                           "own pid namespace"])
 def test_the_watchdog_flags_and_kills_a_process_without_the_library(
-        answer: alloc.Answer, backend: Any, torch_available: None,
+        in_namespace: bool, answer: alloc.Answer, backend: Any, torch_available: None,
         children: Callable[..., Any], record: Callable[..., None]) -> None:
-    capped = children(_as_container(answer), api="torch")
+    prefix = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"] if in_namespace \
+        else None
+    if prefix and subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --pid is not allowed here")
+    capped = children(_as_container(answer), api="torch", prefix=prefix)  # as in a container
+    capped_pid = _host_pid(capped, in_namespace)
     rogue = children(source_env(), api="torch")  # no library: escapes every limit
     assert rogue.send(op="alloc", bytes=(CAP_MIB + 1024) * MiB)["ok"]
     root = Path(answer.region_host_dir).parents[1]
@@ -173,9 +188,10 @@ def test_the_watchdog_flags_and_kills_a_process_without_the_library(
                    assignments=lambda: assignment, pods_fresh=lambda: True,
                    kill=lambda pid, sig: killed.append(pid))
     found = dog.check()
-    record("node_agent_watchdog", violations=[(v.kind, v.pids, v.used_bytes) for v in found])
+    record("node_agent_watchdog", in_namespace=in_namespace, capped_pid=capped_pid,
+           violations=[(v.kind, v.pids, v.used_bytes) for v in found])
     rogue_hits = [v for v in found if rogue.pid in v.pids]
     assert [v.kind for v in rogue_hits] == ["unmanaged"], found
     assert rogue_hits[0].used_bytes >= CAP_MIB * MiB
-    assert capped.pid not in {p for v in found for p in v.pids}, "the capped process is fine"
+    assert capped_pid not in {p for v in found for p in v.pids}, "the capped process is fine"
     assert killed == [rogue.pid]
