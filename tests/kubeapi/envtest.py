@@ -99,6 +99,15 @@ def scheduler_command(assets: Assets, kubeconfig: Path, config: Path, port: int)
             f"--secure-port={port}", "--v=2"]
 
 
+def scheduler_version(assets: Assets) -> str:
+    """`kube-scheduler vX.Y.Z`, as benchmarks report what ran."""
+    if assets.kube_scheduler is None:
+        raise EnvtestError(f"{assets.folder} has no kube-scheduler")
+    out = subprocess.run([str(assets.kube_scheduler), "--version"], capture_output=True,
+                         text=True, timeout=30).stdout.split()
+    return f"kube-scheduler {out[-1] if out else 'unknown'}"
+
+
 def scheduler_config(config: dict[str, Any], kubeconfig: Path) -> dict[str, Any]:
     """`config` with clientConnection.kubeconfig set to ours (with --config, kube-scheduler
     ignores --kubeconfig) and leader election off unless the config asks for it."""

@@ -22,6 +22,7 @@ from kubeapi.envtest import (
     find_assets,
     scheduler_command,
     scheduler_config,
+    scheduler_version,
 )
 from kubeapi.raw import node_body, pod_body
 
@@ -60,7 +61,7 @@ def _assets(folder: Path, apiserver: str = FAKE_APISERVER, scheduler: bool = Fal
         (folder / name).write_text(text)
         (folder / name).chmod(0o755)
     if scheduler:
-        (folder / "kube-scheduler").write_text("#!/bin/sh\nexit 0\n")
+        (folder / "kube-scheduler").write_text("#!/bin/sh\necho Kubernetes v1.36.2\n")
         (folder / "kube-scheduler").chmod(0o755)
     return folder
 
@@ -92,6 +93,7 @@ def test_the_command_lines_are_loopback_with_our_certificates(tmp_path):
         assert flag in api, flag
     sched = scheduler_command(assets, tmp_path / "kubeconfig", tmp_path / "cfg.yaml", 10259)
     assert f"--config={tmp_path / 'cfg.yaml'}" in sched and "--secure-port=10259" in sched
+    assert scheduler_version(assets) == "kube-scheduler v1.36.2"
 
 
 def test_the_scheduler_config_points_at_our_api_server(tmp_path):
