@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -326,6 +327,8 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             "seconds": round(elapsed, 2), "overcommitted_gpus": bad,
             "bound_without_assignment": stray, "restarted_extender": restarted,
             "failed_scheduling_attempts": stats.failed if stats else None,
+            "top_failures": Counter(m[:120] for _, m in stats.failures).most_common(3)
+            if stats else None,
             "verb_ms_p50": {verb: round(sorted(ts)[len(ts) // 2] * 1000, 1)
                             for verb, ts in (stats.verb_seconds.items() if stats else ()) if ts},
             "cpu_ms_per_pod": {k: round(v * 1000 / max(bound, 1), 2) for k, v in cpu.items()},
