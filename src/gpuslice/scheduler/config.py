@@ -48,6 +48,9 @@ class LeaderElection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, f
 class SchedulerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     address: str = "0.0.0.0"
     port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8888
+    # "" = /healthz /readyz /metrics on the verbs' listener; "HOST:PORT" = their own listener
+    # (the verbs can then stay on 127.0.0.1, reachable only by kube-scheduler in the same pod)
+    metrics_address: str = msgspec.field(default="", name="metricsAddress")
     policy: str = "binpack"  # a preset (binpack, spread, topology) or NODE/GPU
     defaults: DefaultsConfig = msgspec.field(default_factory=DefaultsConfig)
     in_flight_timeout_seconds: _Seconds = msgspec.field(default=30.0,
@@ -67,6 +70,15 @@ class SchedulerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
             parse_policy(self.policy)
         except RequestError as exc:
             raise ValueError(str(exc)) from None
+        if self.metrics_address:
+            self.metrics_listener()
+
+    def metrics_listener(self) -> tuple[str, int]:
+        host, sep, port = self.metrics_address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f"metricsAddress={self.metrics_address!r}: expected HOST:PORT, "
+                             "e.g. 0.0.0.0:8889 (or \"\" to serve them with the verbs)")
+        return host.strip("[]"), int(port)
 
     def placement_policy(self) -> Policy:
         return parse_policy(self.policy)

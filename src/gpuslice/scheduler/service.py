@@ -63,7 +63,9 @@ class Extender:
         self.elector = self._elector()
         self._tasks: list[asyncio.Task[Any]] = []
         self._runner: web.AppRunner | None = None
+        self._ops_runner: web.AppRunner | None = None
         self.port: int | None = None
+        self.metrics_port: int | None = None
 
     def _elector(self) -> LeaderElector | None:
         le = self.cfg.leader_election
@@ -100,16 +102,28 @@ class Extender:
             self._tasks.append(loop.create_task(self.elector.run()))
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        self.port = await self._listen(self._runner, host, port, "--port")
+        if self.cfg.metrics_address:  # the ops routes alone, on their own address
+            ops_app = web.Application()
+            ops.add_ops_routes(ops_app, ready=self.ready, registry=self.metrics.registry)
+            self._ops_runner = web.AppRunner(ops_app, access_log=None)
+            await self._ops_runner.setup()
+            self.metrics_port = await self._listen(self._ops_runner,
+                                                   *self.cfg.metrics_listener(),
+                                                   "metricsAddress")
+        return self.port
+
+    async def _listen(self, runner: web.AppRunner, host: str, port: int, knob: str) -> int:
+        site = web.TCPSite(runner, host, port)
         try:
             await site.start()
         except OSError as exc:
             await self.stop()
             raise EnvironmentProblem(f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
-                                     "free the port or pass another with --port") from exc
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        log.info("listening", extra={"address": host, "port": self.port})
-        return self.port
+                                     f"free the port or choose another ({knob})") from exc
+        bound = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        log.info("listening", extra={"address": host, "port": bound})
+        return bound
 
     async def stop(self) -> None:
         self.nodes.stop()
@@ -119,8 +133,10 @@ class Extender:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._runner is not None:
-            await self._runner.cleanup()
+        for runner in (self._runner, self._ops_runner):
+            if runner is not None:
+                await runner.cleanup()
+        self._runner = self._ops_runner = None
         await self.recorder.flush()
 
     async def run(self) -> None:

@@ -14,8 +14,9 @@ FAST = LeaderElection(lease_namespace="default", lease_seconds=3, renew_deadline
 
 
 async def readyz(ext: Running) -> tuple[int, str]:
-    assert ext.http is not None
-    async with ext.http.get(f"{ext.url}/readyz") as r:
+    """/readyz on the separate metrics listener (metricsAddress), as the chart probes it."""
+    assert ext.http is not None and ext.ext.metrics_port is not None
+    async with ext.http.get(f"http://127.0.0.1:{ext.ext.metrics_port}/readyz") as r:
         return r.status, await r.text()
 
 
@@ -24,8 +25,8 @@ async def test_only_the_leader_binds_and_the_other_takes_over_when_it_stops(kube
     await create(admin, node_obj("gpu-1"))
     for name in ("first", "second"):
         await create(admin, pod_obj(name))
-    async with Running(kube_api, leader_election=FAST) as a, \
-            Running(kube_api, leader_election=FAST) as b:
+    ops = {"leader_election": FAST, "metrics_address": "127.0.0.1:0"}
+    async with Running(kube_api, **ops) as a, Running(kube_api, **ops) as b:
         await wait_for(lambda: a.ext.is_leader() or b.ext.is_leader(), "a leader", 10)
         leader, follower = (a, b) if a.ext.is_leader() else (b, a)
         assert not follower.ext.is_leader(), "one Lease, one leader"
