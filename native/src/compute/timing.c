@@ -16,30 +16,44 @@ static CUevent gs_timing_take(struct gs_timing *t)
     return e;
 }
 
-static void gs_timing_put(struct gs_timing *t, CUevent e)
+static void gs_timing_destroy(CUevent e)
 {
-    if (t->n_pool < GS_TIMING_POOL) {
-        t->pool[t->n_pool++] = e;
-        return;
-    }
     PFN_cuEventDestroy_v4000 destroy = gs_real_cuEventDestroy_v2;
     if (destroy)
         destroy(e);
+}
+
+static void gs_timing_put(struct gs_timing *t, CUevent e)
+{
+    if (t->n_pool < GS_TIMING_POOL)
+        t->pool[t->n_pool++] = e;
+    else
+        gs_timing_destroy(e);
 }
 
 static void *gs_timing_record(void *ctx, uintptr_t stream, void *ev)
 {
     struct gs_timing *t = ctx;
     PFN_cuEventRecord_v2000 record = gs_real_cuEventRecord;
+    int pooled = !ev && t->n_pool > 0;
     CUevent e = ev ? (CUevent)ev : gs_timing_take(t);
     if (!e || !record)
         return NULL;
-    if (record(e, (CUstream)stream) != CUDA_SUCCESS) {
-        if (!ev)
-            gs_timing_put(t, e);
+    if (record(e, (CUstream)stream) == CUDA_SUCCESS)
+        return e;
+    if (ev)
         return NULL;
-    }
-    return e;
+    gs_timing_destroy(e);
+    if (!pooled)
+        return NULL;
+    /* the pool's events may have died with an earlier context at this address: start afresh */
+    gs_timing_clear(t);
+    e = gs_timing_take(t);
+    if (e && record(e, (CUstream)stream) == CUDA_SUCCESS)
+        return e;
+    if (e)
+        gs_timing_destroy(e);
+    return NULL;
 }
 
 static int gs_timing_done(void *ctx, void *ev)
@@ -58,17 +72,28 @@ static int gs_timing_time(void *ctx, void *ev, int64_t *out)
     PFN_cuEventElapsedTime_v2000 elapsed = gs_real_cuEventElapsedTime;
     if (!elapsed)
         return -1;
+    float ms = 0;
+    if (t->ref && elapsed(&ms, t->ref, (CUevent)ev) != CUDA_SUCCESS) {
+        /* the origin may have died with an earlier context at this address: ev starts a new
+         * timeline after every time handed out, and this batch is dropped (under-counted once,
+         * never charged a gap between two timelines) */
+        if (t->ref_released)
+            gs_timing_destroy(t->ref);
+        t->ref = (CUevent)ev;
+        t->ref_released = 0;
+        t->ref_base_ns = t->last_ns += 1000000000LL;
+        return -1;
+    }
     if (!t->ref) {
         t->ref = (CUevent)ev;
         t->ref_released = 0;
-        t->ref_base_ns = 0;
-        *out = 0;
+        t->ref_base_ns = t->last_ns;
+        *out = t->last_ns;
         return 0;
     }
-    float ms = 0;
-    if (elapsed(&ms, t->ref, (CUevent)ev) != CUDA_SUCCESS)
-        return -1;
     *out = t->ref_base_ns + (int64_t)((double)ms * 1e6);
+    if (*out > t->last_ns)
+        t->last_ns = *out;
     if (ms > GS_TIMING_REBASE_MS) { /* keep the float offsets small: ev becomes the origin */
         if (t->ref_released)
             gs_timing_put(t, t->ref);
@@ -94,8 +119,7 @@ const struct gs_meter_ops gs_timing_ops = {
 
 void gs_timing_clear(struct gs_timing *t)
 {
-    PFN_cuEventDestroy_v4000 destroy = gs_real_cuEventDestroy_v2;
-    for (int i = 0; destroy && i < t->n_pool; i++)
-        destroy(t->pool[i]);
+    for (int i = 0; i < t->n_pool; i++)
+        gs_timing_destroy(t->pool[i]);
     t->n_pool = 0;
 }
