@@ -46,7 +46,9 @@ class LeaderElection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, f
 
 
 class SchedulerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    address: str = "0.0.0.0"
+    # the verbs have no authentication (kube-scheduler sends none): keep them on loopback, with
+    # kube-scheduler in the same pod, so no tenant can call `bind` (docs/scheduler.md "HA")
+    address: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8888
     # "" = /healthz /readyz /metrics on the verbs' listener; "HOST:PORT" = their own listener
     # (the verbs can then stay on 127.0.0.1, reachable only by kube-scheduler in the same pod)

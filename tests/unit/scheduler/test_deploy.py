@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import yaml
 
 from gpuslice import dialects, handoff
@@ -28,6 +29,10 @@ def test_the_extender_manages_every_dialect_resource_and_the_scheduler_counts_de
         "the node agent advertises device resources: kube-scheduler must count them"
 
 
-def test_the_example_extender_config_loads_and_equals_the_defaults():
-    path = DEPLOY / "scheduler-config.yaml"
-    assert config.load(str(path)) == config.load(None)
+def test_the_example_extender_config_loads_and_kube_scheduler_calls_it_on_loopback():
+    cfg = config.load(str(DEPLOY / "scheduler-config.yaml"))
+    assert msgspec.structs.replace(cfg, metrics_address="") == config.load(None), \
+        "the example shows every default, plus the metrics listener"
+    doc = yaml.safe_load((DEPLOY / "kube-scheduler-config.yaml").read_text())
+    assert doc["extenders"][0]["urlPrefix"] == f"http://{cfg.address}:{cfg.port}"
+    assert cfg.address == "127.0.0.1", "bind has no authentication: loopback only"
