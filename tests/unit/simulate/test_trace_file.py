@@ -122,19 +122,20 @@ def test_every_problem_of_one_pod_is_its_own_line(tmp_path: Path) -> None:
                for line in lines), lines
 
 
-def _bomb(levels: int) -> str:
-    """A YAML trace whose one GPU count nests `levels` lists of 9 aliases: 9**levels values."""
-    anchors = "&a0 [x, x, x, x, x, x, x, x, x]"
-    for i in range(1, levels):
-        anchors = f"&a{i} [{anchors}, {', '.join([f'*a{i - 1}'] * 8)}]"
-    return ("- arrival: 0\n  duration: 1\n  pod: {spec: {containers: [{name: a, resources: "
-            f"{{limits: {{nvidia.com/gpu: {anchors}}}}}}}]}}}}\n")
+def _script(name: str, path: Path) -> Any:
+    """A script of the repository (not a package) loaded as a module."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.mark.timeout(10)
 def test_a_yaml_alias_bomb_fails_fast_with_one_line(tmp_path: Path) -> None:
     f = tmp_path / "bomb.yaml"
-    f.write_text(_bomb(10))  # 9**10 = 3.5 billion values from 1 kB
+    f.write_text(_script("input_limits", ROOT / "benchmarks" / "input_limits.py").bomb(10))
+    # 9**10 = 3.5 billion values from 1 kB
     with pytest.raises(InputFileError, match=r"bomb.yaml: aliases \(\*name\) expand \d+ written "
                                              r"values into more than 1,000,\d+; write the values"):
         load_trace(f)
@@ -181,11 +182,7 @@ def test_a_yaml_trace_that_is_not_a_list_is_rejected(tmp_path: Path) -> None:
 # --- the bundled trace -------------------------------------------------------------------------
 
 def _generator() -> Any:
-    spec = importlib.util.spec_from_file_location("make_trace", ROOT / "examples" / "make_trace.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _script("make_trace", ROOT / "examples" / "make_trace.py")
 
 
 def test_the_bundled_trace_is_what_the_seeded_generator_writes() -> None:
