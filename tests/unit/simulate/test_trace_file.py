@@ -133,9 +133,8 @@ def _script(name: str, path: Path) -> Any:
 
 @pytest.mark.timeout(10)
 def test_a_yaml_alias_bomb_fails_fast_with_one_line(tmp_path: Path) -> None:
-    f = tmp_path / "bomb.yaml"
+    f = tmp_path / "bomb.yaml"  # 9**10 = 3.5 billion values from 1 kB
     f.write_text(_script("input_limits", ROOT / "benchmarks" / "input_limits.py").bomb(10))
-    # 9**10 = 3.5 billion values from 1 kB
     with pytest.raises(InputFileError, match=r"bomb.yaml: aliases \(\*name\) expand \d+ written "
                                              r"values into more than 1,000,\d+; write the values"):
         load_trace(f)
