@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -182,8 +181,7 @@ def test_a_signal_to_gpuslice_run_reaches_the_command_and_the_temporary_region_g
     assert proc.stdout is not None
     region = Path(proc.stdout.readline().strip())
     assert region.parent.is_dir(), "the temporary region's directory exists while it runs"
-    time.sleep(0.2)  # let gpuslice reach its wait
-    proc.send_signal(sig)
+    proc.send_signal(sig)  # gpuslice's handlers are in before it starts the command
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == status, f"the command's own status comes back\n{err}"
     assert not region.parent.exists(), "the temporary region is removed"
