@@ -62,6 +62,7 @@ class Watcher:
     matches: Matcher
     queue: asyncio.Queue[tuple[str, Obj]] = field(default_factory=asyncio.Queue)
     present: Callable[[Obj], Obj] = lambda obj: obj  # how the stream shows an object
+    plain: bool = True  # present() is the identity
 
     def translate(self, change: Change) -> tuple[str, Obj] | None:
         """The event this watcher sees: an object leaving its selector is DELETED for it."""
