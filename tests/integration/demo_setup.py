@@ -51,7 +51,7 @@ EXAMPLES = ROOT / "examples" / "pods"
 # the order of the page; each pod is placed next to those before it (binpack)
 PODS = ("hami.yaml", "hami-multi-gpu.yaml", "hami-two-containers.yaml", "volcano.yaml",
         "gpu-manager.yaml")
-WEBHOOK = "gpuslice-webhook"
+WEBHOOK = "gpuslice-webhook"  # the Service (certificate names); the configuration is "gpuslice"
 SPLIT_COUNT = 10  # slices per GPU: room for every example pod at once
 
 
@@ -158,7 +158,7 @@ class DemoCluster:
                                      "mutatingwebhookconfigurations")
         await self.client.create(mwc.from_dict(config))
         await certgen(service=WEBHOOK, namespace="gpuslice-system", ips=["127.0.0.1"],
-                      out_dir=str(certs), webhook_config=WEBHOOK, client=self.client)
+                      out_dir=str(certs), webhook_config="gpuslice", client=self.client)
 
     async def create(self, path: Path) -> str:
         """`kubectl create -f path`, as a user runs it; what kubectl printed."""
@@ -228,7 +228,7 @@ def _chart_webhook_configuration(url: str) -> dict[str, Any]:
             "objectSelector": {"matchExpressions": [
                 {"key": "gpuslice.io/webhook", "operator": "NotIn", "values": ["disabled"]}]}}
     return {"apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration", "metadata": {"name": WEBHOOK},
+            "kind": "MutatingWebhookConfiguration", "metadata": {"name": "gpuslice"},
             "webhooks": [hook]}
 
 
