@@ -133,6 +133,7 @@ class ExtenderState:
         self._node_flights: dict[str, set[str]] = {}  # node -> keys
         self._flies_on: dict[str, str] = {}  # key -> node
         self._first: dict[str, tuple[str, int]] = {}  # key -> first device request, unstarted
+        self._unbound: set[str] = set()  # keys with an assignment but no node yet
 
     # -- events --------------------------------------------------------------------------
     def on_node(self, kind: str, node: Mapping[str, Any]) -> None:
@@ -167,6 +168,7 @@ class ExtenderState:
         if facts is not None and facts is old:
             self._pods[key] = pod  # e.g. a status update: nothing placement reads changed
             return
+        self._unbound.discard(key)
         if facts is None:
             self._pods.pop(key, None)
             self._facts.pop(key, None)
@@ -174,6 +176,8 @@ class ExtenderState:
         else:
             self._pods[key] = pod
             self._facts[key] = facts
+            if facts.assignment is not None and not facts.bound:
+                self._unbound.add(key)
             a = self._assumed.get(key)
             if a is not None and (a.uid != facts.uid or facts.assignment == a.assignment):
                 del self._assumed[key]  # the watch caught up (or it is another pod now)
@@ -206,9 +210,8 @@ class ExtenderState:
         for key in [k for k, a in self._assumed.items() if a.since <= old]:
             del self._assumed[key]
             self._apply(key)
-        for key in [k for k, f in self._facts.items()
-                    if f.assignment is not None and not f.bound and k in self._held
-                    and k not in self._assumed and (f.bound_at is None or f.bound_at <= old)]:
+        for key in [k for k in self._unbound if k in self._held and k not in self._assumed
+                    and (self._facts[k].bound_at or 0.0) <= old]:
             self._apply(key)
 
     # -- reads ---------------------------------------------------------------------------
@@ -285,6 +288,7 @@ class ExtenderState:
         self._index_flight(key)
         want, have = self._desired(key), self._held.get(key)
         if want == have and have is not None:
+            self._unwait(key)
             return
         self._unwait(key)
         if have is not None:
