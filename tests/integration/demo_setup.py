@@ -19,7 +19,6 @@ import re
 import ssl
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests" / "kubelet"))  # the kubelet emulator's mo
 sys.path.insert(0, str(ROOT / "tests"))  # kubeapi, when run as a script
 
 from emulator import mounts_of  # noqa: E402
-from nodeharness import Node, running_node  # noqa: E402
+from nodeharness import Node, running_node, wait_for  # noqa: E402
 from pods import NODE  # noqa: E402
 
 from gpuslice import codec, handoff  # noqa: E402
@@ -113,8 +112,8 @@ class DemoCluster:
                             self.kube_api.async_client())
         port = await extender.start()
         stack.push_async_callback(extender.stop)
-        await _until(lambda: extender.ready() is None, "the extender's caches to sync")
-        await _until(lambda: extender.state.has_inventory(NODE),
+        await wait_for(lambda: extender.ready() is None, "the extender's caches to sync")
+        await wait_for(lambda: extender.state.has_inventory(NODE),
                      "the extender to see the node's inventory")
         entry = _extender_entry(f"http://127.0.0.1:{port}")
         self.driver = await stack.enter_async_context(SchedulerDriver(
@@ -190,7 +189,7 @@ class DemoCluster:
                 pod["metadata"].get("annotations") or {})
 
         try:
-            await _until(bound, f"pod {name} bound with an assignment")
+            await wait_for(bound, f"pod {name} bound with an assignment")
         except AssertionError as exc:  # say why, as `kubectl describe pod` would
             why = [m for key, m in self.driver.stats.failures if key.endswith("/" + name)]
             raise AssertionError(f"{exc}; the scheduler said: {why[-1:]}") from None
@@ -202,7 +201,7 @@ class DemoCluster:
             ann = (await self.pod(name))["metadata"].get("annotations") or {}
             return ann.get(handoff.ALLOCATED) == want
 
-        await _until(allocated, f"pod {name} marked allocated={want}")
+        await wait_for(allocated, f"pod {name} marked allocated={want}")
         trip.pod = await self.pod(name)
         return trip
 
@@ -230,19 +229,6 @@ def _chart_webhook_configuration(url: str) -> dict[str, Any]:
     return {"apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration", "metadata": {"name": "gpuslice"},
             "webhooks": [hook]}
-
-
-async def _until(cond: Any, what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if asyncio.iscoroutine(got):
-            got = await got
-        if got:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 @contextlib.asynccontextmanager
