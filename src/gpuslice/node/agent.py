@@ -79,6 +79,7 @@ class Agent:
         self.cluster = Cluster(client, cfg.node_name, pod_resync_s=cfg.pod_resync_seconds,
                                journal=state / "answered.json")
         self.inventory = Inventory(devices, cfg, self.cluster.set_node_annotation)
+        self._pod_views = alloc.PodViews(cfg.node_name)
         self.metrics = AgentMetrics()
         self.metrics.add_usage(UsageCollector(backend, self.regions_root, self.gpus,
                                               self._pod_names, self._assignments))
@@ -97,14 +98,14 @@ class Agent:
     def gpus(self) -> tuple[model.GPU, ...]:
         return self.inventory.gpus
 
-    def _flights(self, pods: list[dict[str, Any]]) -> list[alloc.InFlight]:
-        return alloc.in_flight(pods, self.cfg.node_name, time.time(),
-                               self.cfg.inflight_timeout_seconds)
+    def _views(self) -> tuple[list[alloc.InFlight], dict[str, model.PodAssignment]]:
+        return self._pod_views.views(self.cluster.pods(), time.time(),
+                                     self.cfg.inflight_timeout_seconds)
 
     def _answer(self, resource: str, device_ids: Sequence[str]) -> alloc.Answer:
-        pods = self.cluster.pods()
-        return alloc.answer(self._flights(pods), alloc.assigned_pods(pods, self.cfg.node_name),
-                            {g.uuid: g for g in self.gpus()}, resource, device_ids, self.layout)
+        flights, assigned = self._views()
+        return alloc.answer(flights, assigned, {g.uuid: g for g in self.gpus()}, resource,
+                            device_ids, self.layout)
 
     async def allocate(self, resource: str, device_ids: Sequence[str]) -> alloc.Answer:
         try:
@@ -130,15 +131,15 @@ class Agent:
 
     async def preferred(self, resource: str, available: Sequence[str],
                         must_include: Sequence[str], size: int) -> list[str]:
-        flights = self._flights(self.cluster.pods())
+        flights = self._views()[0]
         if handoff.match_allocate([f.flight for f in flights], resource, size) is None and \
                 await self.cluster.refresh():  # the pod may be newer than the store
-            flights = self._flights(self.cluster.pods())
+            flights = self._views()[0]
         return alloc.preferred(flights, resource, available, must_include, size)
 
     # ---- views for the exporter and watchdog
     def _assignments(self) -> dict[str, model.PodAssignment]:
-        return alloc.assigned_pods(self.cluster.pods(), self.cfg.node_name)
+        return self._views()[1]
 
     def _pod_names(self) -> dict[str, tuple[str, str]]:
         return {str(p["metadata"].get("uid")): (p["metadata"].get("namespace", ""),

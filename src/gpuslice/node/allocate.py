@@ -15,6 +15,8 @@ what to check. Tests: tests/unit/node/test_allocate.py
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +25,8 @@ from gpuslice import codec, dialects, handoff, model
 from gpuslice.allocator.usage import AllocationError, footprint
 from gpuslice.errors import CodecError, GpusliceError, RequestError
 
-__all__ = ["AllocateError", "Answer", "InFlight", "Layout", "Mount", "answer", "assigned_pods",
-           "device_gpu", "in_flight", "preferred"]
+__all__ = ["AllocateError", "Answer", "InFlight", "Layout", "Mount", "PodViews", "answer",
+           "assigned_pods", "device_gpu", "in_flight", "preferred"]
 
 REGION_FILE = "region"
 
@@ -116,6 +118,56 @@ def assigned_pods(pods: Iterable[Mapping[str, Any]], node: str) -> dict[str, mod
     return out
 
 
+class PodViews:
+    """in_flight and assigned_pods of the node's pods, each pod decoded once per version:
+    decoding every pod at every kubelet call is what made admission slow on a busy node
+    (benchmarks/node_agent_bench.py). A pod is decoded again when its resourceVersion or its
+    allocated annotation changes (the agent's own marks change the latter first)."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self._memo: dict[str, tuple[tuple[Any, ...], InFlight | None,
+                                    model.PodAssignment | None]] = {}
+
+    def _decoded(self, uid: str, pod: Mapping[str, Any]) -> tuple[InFlight | None,
+                                                                   model.PodAssignment | None]:
+        meta = pod.get("metadata") or {}
+        ann = meta.get("annotations") or {}
+        key = (meta.get("resourceVersion"), ann.get(handoff.ALLOCATED))
+        hit = self._memo.get(uid)
+        if hit is not None and hit[0] == key and key[0] is not None:
+            return hit[1], hit[2]
+        at = handoff.parse_time(ann.get(handoff.BOUND_AT))
+        flights = in_flight([pod], self.node, at, 1.0) if at is not None else []
+        got = (flights[0] if flights else None, assigned_pods([pod], self.node).get(uid))
+        self._memo[uid] = (key, *got)
+        return got
+
+    def views(self, pods: Iterable[Mapping[str, Any]], now: float, timeout_s: float
+              ) -> tuple[list[InFlight], dict[str, model.PodAssignment]]:
+        """(pods in flight now, uid -> assignment of live pods), as in_flight and
+        assigned_pods would return them."""
+        flights, assigned, seen = [], {}, set()
+        for pod in pods:
+            uid = str((pod.get("metadata") or {}).get("uid", ""))
+            seen.add(uid)
+            f, a = self._decoded(uid, pod)
+            if f is not None and now - timeout_s < f.flight.bound_at <= now + timeout_s:
+                flights.append(f)
+            if a is not None:
+                assigned[uid] = a
+        for uid in set(self._memo) - seen:
+            del self._memo[uid]
+        return flights, assigned
+
+
+@functools.lru_cache(maxsize=4096)
+def _footprint(a: model.PodAssignment) -> dict[str, Any]:
+    """footprint() of another pod's assignment; assignments are frozen, so each is computed
+    once (every kubelet call checks the new pod against all the node's pods)."""
+    return footprint(a)
+
+
 def _overcommit(pod: InFlight, others: Mapping[str, model.PodAssignment],
                 gpus: Mapping[str, model.GPU]) -> str | None:
     """Why this pod's assignment cannot be honoured on this node's GPUs, or None."""
@@ -123,18 +175,16 @@ def _overcommit(pod: InFlight, others: Mapping[str, model.PodAssignment],
         mine = footprint(pod.assignment, gpus, pod_key=pod.flight.key)
     except AllocationError as exc:
         return str(exc)
+    theirs = []
+    for uid, a in others.items():
+        if uid != pod.flight.uid:
+            with contextlib.suppress(AllocationError):  # not ours to judge here
+                theirs.append(_footprint(a))
     for u, use in mine.items():
         mem, cores, slots, excl = use
-        for uid, a in others.items():
-            if uid == pod.flight.uid:
-                continue
-            try:
-                fp = footprint(a).get(u)
-            except AllocationError:
-                continue
-            if fp is not None:
-                mem, cores, slots, excl = mem + fp.mem, cores + fp.cores, slots + fp.slots, \
-                    excl + fp.excl
+        for fp in (t[u] for t in theirs if u in t):
+            mem, cores, slots, excl = (mem + fp.mem, cores + fp.cores, slots + fp.slots,
+                                       excl + fp.excl)
         g = gpus[u]
         if excl and slots > use.slots:
             return f"GPU {u} is held exclusively together with other pods' slices"

@@ -9,6 +9,7 @@ from gpuslice import model
 from gpuslice.node.allocate import (
     AllocateError,
     Layout,
+    PodViews,
     answer,
     assigned_pods,
     in_flight,
@@ -144,3 +145,19 @@ def test_preferred_allocation_spreads_two_whole_gpus_of_vcuda_core():
 def test_preferred_allocation_without_a_matching_pod_keeps_the_kubelets_order():
     available = [f"{gpu(0)}::0", f"{gpu(1)}::0"]
     assert preferred([], "nvidia.com/gpu", available, [f"{gpu(1)}::0"], 1) == [f"{gpu(1)}::0"]
+
+
+def test_pod_views_match_the_uncached_functions_and_follow_new_marks():
+    pods = [pod(f"p{i}", [container("a"), container("b")], {"a": [gpu(0)], "b": [gpu(1)]},
+                at=NOW - 10 + i) for i in range(3)]
+    for i, p in enumerate(pods):
+        p["metadata"]["resourceVersion"] = str(i + 1)
+    views = PodViews(NODE)
+    flights, assigned = views.views(pods, NOW, 120)
+    assert [f.flight for f in flights] == [f.flight for f in in_flight(pods, NODE, NOW, 120)]
+    assert assigned == assigned_pods(pods, NODE)
+    marked = {**pods[0], "metadata": {**pods[0]["metadata"], "annotations": {
+        **pods[0]["metadata"]["annotations"], "gpuslice.io/allocated": "a"}}}
+    flights, _ = views.views([marked, *pods[1:]], NOW, 120)
+    assert flights[0].flight.pending[0].container == "b", "a new mark is decoded at once"
+    assert views.views(pods, NOW + 500, 120)[0] == [], "the in-flight window still applies"
