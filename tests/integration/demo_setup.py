@@ -103,23 +103,32 @@ class DemoCluster:
         self.node: Node | None = None
 
     async def __aenter__(self) -> DemoCluster:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def _start(self) -> None:
         stack = self._stack
+        stack.push_async_callback(self.client.close)
         self.node = await stack.enter_async_context(running_node(self.kube_api,
                                                                  splitCount=SPLIT_COUNT))
         await self._kubelet_reports_capacity()
         await self._start_webhook(Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        client = self.kube_api.async_client()
+        stack.push_async_callback(client.close)
         extender = Extender(SchedulerConfig(leader_election=LeaderElection(enabled=False)),
-                            self.kube_api.async_client())
+                            client)
         port = await extender.start()
         stack.push_async_callback(extender.stop)
         await wait_for(lambda: extender.ready() is None, "the extender's caches to sync")
         await wait_for(lambda: extender.state.has_inventory(NODE),
-                     "the extender to see the node's inventory")
+                       "the extender to see the node's inventory")
         entry = _extender_entry(f"http://127.0.0.1:{port}")
         self.driver = await stack.enter_async_context(SchedulerDriver(
             self.kube_api.kubeconfig, DriverConfig.from_extender(entry, seed=1)))
-        stack.push_async_callback(self.client.close)
-        return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
@@ -251,15 +260,8 @@ def render(trips: list[Trip], state_dir: str) -> dict[str, str]:
     """Block name (`<file> <step>`) -> the text docs/demo.md shows for it."""
     blocks = {}
     for t in trips:
-        meta, spec = t.pod["metadata"], t.pod["spec"]
-        ann = meta.get("annotations") or {}
-        blocks[f"{t.file} kubectl"] = f"$ kubectl create -f {t.file}\n{t.kubectl}"
-        blocks[f"{t.file} webhook"] = "\n".join(json.dumps(op) for op in t.patch)
+        ann = t.pod["metadata"].get("annotations") or {}
         assignment = json.dumps(json.loads(ann[codec.ASSIGNMENT_ANNOTATION]), indent=2)
-        blocks[f"{t.file} extender"] = (
-            f"spec.nodeName: {spec['nodeName']}\n"
-            f"{handoff.BOUND_AT}: {ann[handoff.BOUND_AT]}\n"
-            f"{codec.ASSIGNMENT_ANNOTATION}: {assignment}")
         lines = []
         for container, reply in t.allocate.items():
             lines.append(f"container {container}:")
@@ -268,6 +270,13 @@ def render(trips: list[Trip], state_dir: str) -> dict[str, str]:
                       for path, host, ro in mounts_of(reply)]
             lines += [f"  device {d.host_path}" for d in reply.devices]
         lines.append(f"{handoff.ALLOCATED}: {ann[handoff.ALLOCATED]}")
-        blocks[f"{t.file} node-agent"] = "\n".join(lines)
-    return {k: stable(v, t, state_dir) for t in trips for k, v in blocks.items()
-            if k.startswith(t.file + " ")}
+        steps = {
+            "kubectl": f"$ kubectl create -f {t.file}\n{t.kubectl}",
+            "webhook": "\n".join(json.dumps(op) for op in t.patch),
+            "extender": f"spec.nodeName: {t.pod['spec']['nodeName']}\n"
+                        f"{handoff.BOUND_AT}: {ann[handoff.BOUND_AT]}\n"
+                        f"{codec.ASSIGNMENT_ANNOTATION}: {assignment}",
+            "node-agent": "\n".join(lines)}
+        blocks.update({f"{t.file} {step}": stable(text, t, state_dir)
+                       for step, text in steps.items()})
+    return blocks
