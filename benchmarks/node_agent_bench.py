@@ -103,7 +103,7 @@ def _timed(call: Callable[..., Awaitable[Any]], into: list[float]) -> Callable[.
 
 
 def _summary(values: list[float]) -> dict[str, float]:
-    q = statistics.quantiles(values, n=100)
+    q = statistics.quantiles(values, n=100, method="inclusive")
     return {"p50": round(q[49], 2), "p99": round(q[98], 2), "max": round(max(values), 2)}
 
 
