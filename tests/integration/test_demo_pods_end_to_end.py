@@ -119,10 +119,13 @@ async def test_a_volcano_pod_that_names_the_volcano_scheduler_is_left_to_it(kube
 
 @pytest.mark.parametrize("name", PODS)
 def test_each_example_pod_is_plain_kubernetes_yaml_without_gpuslice_fields(name):
+    import kubernetes_validate
+
     text = (EXAMPLES / name).read_text()
     assert "gpuslice" not in text.split("apiVersion:", 1)[1], "no gpuslice-specific field"
     pod = yaml.safe_load(text)
     assert pod["kind"] == "Pod" and "schedulerName" not in pod["spec"]
+    kubernetes_validate.validate(pod, "1.28.0", strict=True)  # the oldest version we support
 
 
 def doc_blocks() -> dict[str, str]:
