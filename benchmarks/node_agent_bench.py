@@ -27,12 +27,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "kubelet")]
+sys.path.insert(0, str(ROOT / "tests"))  # the test API server and the kubelet emulator
 
-from emulator import Kubelet  # noqa: E402
 from lightkube import AsyncClient, KubeConfig  # noqa: E402
 from lightkube.resources.core_v1 import Node, Pod  # noqa: E402
-from pods import NODE, container, gpu, pod  # noqa: E402
 
 from gpuslice import handoff  # noqa: E402
 from gpuslice.kube.client import dict_view  # noqa: E402
@@ -40,6 +38,8 @@ from gpuslice.node.agent import Agent  # noqa: E402
 from gpuslice.node.nvml import FakeBackend  # noqa: E402
 from gpuslice.node.settings import load  # noqa: E402
 from kubeapi.server import KubeApiServer  # noqa: E402
+from kubelet.emulator import Kubelet  # noqa: E402
+from kubelet.pods import NODE, container, gpu, pod  # noqa: E402
 
 
 async def bench(args: argparse.Namespace, server: KubeApiServer, base: Path) -> dict:

@@ -23,9 +23,7 @@ from typing import Any
 import pytest
 from gpu_harness import GRANULE, GiB, MiB, nvml_used_by_pid, source_env
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kubelet"))
-
-from pods import NODE, container, pod
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the kubelet package
 
 from gpuslice import codec, model
 from gpuslice.node import allocate as alloc
@@ -37,6 +35,7 @@ from gpuslice.node.inventory import node_gpus
 from gpuslice.node.nvml import NvmlBackend
 from gpuslice.node.settings import WatchdogConfig, load
 from gpuslice.node.watchdog import Watchdog
+from kubelet.pods import NODE, container, pod
 
 pytestmark = pytest.mark.gpu
 

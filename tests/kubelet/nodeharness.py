@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emulator import Kubelet, short_dir
-from pods import NODE
-
 from gpuslice.node.agent import Agent
 from gpuslice.node.nvml import FakeBackend
 from gpuslice.node.settings import load
+
+from .emulator import Kubelet, short_dir
+from .pods import NODE
 
 
 @dataclass

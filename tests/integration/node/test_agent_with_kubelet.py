@@ -6,17 +6,17 @@ from __future__ import annotations
 import time
 
 import pytest
-from emulator import AdmissionError, env_of, mounts_of
 from lightkube import ApiError
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.core_v1 import Node as NodeRes
-from nodeharness import create, wait_for
-from pods import NODE, container, gpu, pod
 
 from gpuslice import codec, handoff
 from gpuslice.kube.client import dict_view
 from gpuslice.node.agent import Agent
 from gpuslice.node.nvml import FakeBackend
+from kubelet.emulator import AdmissionError, env_of, mounts_of
+from kubelet.nodeharness import create, wait_for
+from kubelet.pods import NODE, container, gpu, pod
 
 GPU_RESOURCES = {"nvidia.com/gpu", "volcano.sh/vgpu-number", "tencent.com/vcuda-core"}
 

@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import aiohttp
-from emulator import Kubelet, short_dir
 from lightkube.resources.core_v1 import Node
-from nodeharness import wait_for
-from pods import NODE
 
 from gpuslice.kube.client import dict_view
+from kubelet.emulator import Kubelet, short_dir
+from kubelet.nodeharness import wait_for
+from kubelet.pods import NODE
 
 REPO = Path(__file__).resolve().parents[3]
 

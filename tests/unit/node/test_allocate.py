@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from pods import NODE, container, gpu, pod
 
 from gpuslice import model
 from gpuslice.node.allocate import (
@@ -15,6 +14,7 @@ from gpuslice.node.allocate import (
     in_flight,
     preferred,
 )
+from kubelet.pods import NODE, container, gpu, pod
 
 NOW = 1_800_000_000.0
 LAYOUT = Layout(library_host="/var/lib/gpuslice/lib/libgpuslice.so",

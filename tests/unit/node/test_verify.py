@@ -3,11 +3,10 @@ pods are a safe swap."""
 
 from __future__ import annotations
 
-from pods import container, gpu, pod
-
 from gpuslice import model
 from gpuslice.node.plugin import replica_devices
 from gpuslice.node.verify import compare, shape_of, swaps
+from kubelet.pods import container, gpu, pod
 
 RES = ["nvidia.com/gpu"]
 
