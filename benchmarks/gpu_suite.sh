@@ -83,7 +83,8 @@ fi
 
 if [[ $RUN_TESTS == 1 && $BUILT == 1 ]]; then
   phase "GPU tests (pytest -m gpu tests/gpu, limit ${TEST_TIMEOUT:-150} s)"
-  timeout -k 10 "${TEST_TIMEOUT:-150}" python3 -m pytest -m gpu tests/gpu -p no:cacheprovider \
+  timeout -k 10 "${TEST_TIMEOUT:-150}" python3 -m pytest -m gpu tests/gpu --confcutdir=tests/gpu \
+    -p no:cacheprovider \
     -v -rA --junitxml="$RESULTS/pytest-junit.xml" "${KEXPR[@]}" 2>&1 | tee "$WORK/pytest.log"
   rc=${PIPESTATUS[0]}
   [[ $rc == 0 ]] || { echo "pytest exit status $rc (124 = killed at the time limit)"; STATUS=1; }
