@@ -29,12 +29,7 @@ import yaml
 from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "kubelet"))  # the kubelet emulator's modules
-sys.path.insert(0, str(ROOT / "tests"))  # kubeapi, when run as a script
-
-from emulator import mounts_of  # noqa: E402
-from nodeharness import Node, running_node, wait_for  # noqa: E402
-from pods import NODE  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests"))  # kubeapi and kubelet, when run as a script
 
 from gpuslice import codec, handoff  # noqa: E402
 from gpuslice.kube.client import dict_view  # noqa: E402
@@ -45,6 +40,9 @@ from gpuslice.webhook.command import Server  # noqa: E402
 from gpuslice.webhook.config import WebhookConfig  # noqa: E402
 from kubeapi.raw import node_body  # noqa: E402
 from kubeapi.scheduler_driver import DriverConfig, SchedulerDriver  # noqa: E402
+from kubelet.emulator import mounts_of  # noqa: E402
+from kubelet.nodeharness import Node, running_node, wait_for  # noqa: E402
+from kubelet.pods import NODE  # noqa: E402
 
 EXAMPLES = ROOT / "examples" / "pods"
 # the order of the page; each pod is placed next to those before it (binpack)

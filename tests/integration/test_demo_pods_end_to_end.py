@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 from demo_setup import EXAMPLES, PODS, ROOT, DemoCluster, Trip, demo, render
-from pods import gpu
 
 from gpuslice import codec, dialects, handoff
 from gpuslice.webhook.admit import IDENTITY_ENV
+from kubelet.pods import gpu
 
 DOC = ROOT / "docs" / "demo.md"
 GPUS = {gpu(0), gpu(1)}
