@@ -166,6 +166,18 @@ class DemoCluster:
         await certgen(service=WEBHOOK, namespace="gpuslice-system", ips=["127.0.0.1"],
                       out_dir=str(certs), webhook_config="gpuslice", client=self.client)
 
+        async def called() -> bool:  # a real kube-apiserver picks the configuration up in ~1 s
+            from lightkube.resources.core_v1 import Pod
+
+            probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+                     "spec": {"containers": [{"name": "c", "image": "registry.invalid/pause:1",
+                                              "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+            got = await self.client.create(dict_view(Pod)(probe), namespace="default",
+                                           dry_run=True)
+            return (got["metadata"].get("labels") or {}).get(handoff.MANAGED_LABEL) == "true"
+
+        await wait_for(called, "kube-apiserver to call the webhook")
+
     async def create(self, path: Path) -> str:
         """`kubectl create -f path`, as a user runs it; what kubectl printed."""
         # in a thread: the webhook kube-apiserver calls meanwhile runs on this event loop
