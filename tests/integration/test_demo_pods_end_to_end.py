@@ -15,6 +15,7 @@ from demo_setup import EXAMPLES, PODS, ROOT, DemoCluster, Trip, demo, render
 
 from gpuslice import codec, dialects, handoff
 from gpuslice.webhook.admit import IDENTITY_ENV
+from kubelet.nodeharness import wait_for
 from kubelet.pods import gpu
 
 DOC = ROOT / "docs" / "demo.md"
@@ -132,3 +133,35 @@ def doc_blocks() -> dict[str, str]:
     """docs/demo.md's generated blocks: <!-- demo: NAME --> then a fenced block."""
     found = re.findall(r"<!-- demo: (.+?) -->\n```\w*\n(.*?)\n```", DOC.read_text(), re.S)
     return dict(found)
+
+
+async def test_a_pod_no_gpu_can_hold_stays_pending_with_the_reasons_troubleshooting_lists(
+        kube_api, tmp_path):
+    from lightkube.resources.core_v1 import Event
+
+    written = yaml.safe_load((EXAMPLES / "hami.yaml").read_text())
+    written["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = 20000
+    path = tmp_path / "too-big.yaml"
+    path.write_text(yaml.safe_dump(written))
+    async with DemoCluster(kube_api) as cluster:
+        await cluster.create(path)
+
+        async def events() -> dict[str, str]:
+            got = [e async for e in cluster.client.list(
+                Event, namespace="default", fields={"involvedObject.name": "hami-pod"})]
+            return {e.reason: e.message for e in got}
+
+        await wait_for(lambda: _has(events, {"FailedScheduling", "NoGPUFit"}),
+                       "the scheduler's and the extender's events")
+        seen = await events()
+        assert not (await cluster.pod("hami-pod"))["spec"].get("nodeName")
+    assert seen["FailedScheduling"].startswith(
+        "0/1 nodes are available: 1 insufficient GPU memory."), seen
+    assert seen["NoGPUFit"].startswith("0/1 nodes can take the GPU request: "
+                                       "1 insufficient GPU memory (node-a: "), seen
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    assert "| `insufficient GPU memory`, `insufficient GPU cores` |" in page
+
+
+async def _has(events: Any, reasons: set[str]) -> bool:
+    return reasons <= set(await events())
