@@ -160,7 +160,9 @@ async def test_a_pod_no_gpu_can_hold_stays_pending_with_the_reasons_troubleshoot
     assert seen["NoGPUFit"].startswith("0/1 nodes can take the GPU request: "
                                        "1 insufficient GPU memory (node-a: "), seen
     page = (ROOT / "docs" / "troubleshooting.md").read_text()
-    assert "| `insufficient GPU memory`, `insufficient GPU cores` |" in page
+    for reason in ("FailedScheduling", "NoGPUFit"):
+        assert re.search(rf"Warning +{reason} +{re.escape(seen[reason])}\n", page), \
+            f"docs/troubleshooting.md shows the {reason} event as it is: {seen[reason]}"
 
 
 async def _has(events: Any, reasons: set[str]) -> bool:
