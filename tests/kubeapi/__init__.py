@@ -9,7 +9,9 @@ Open first: fixtures.py (what a test gets), then server.py.
   admission.py        calls admission webhooks;  errors.py  Status bodies;  tables.py  kubectl
   resources.py        the served types + discovery;  faults.py  fault injection
   certs.py            CA, certificates, kubeconfig;  envtest.py  real kube-apiserver + etcd
+  protobuf.py         kubectl's protobuf bodies (namespace, configmap, secret)
   raw.py              raw HTTP helpers for tests;  __main__.py  `python -m kubeapi`
+  bench.py            the server's CPU per pod (docs/benchmarks.md)
   scheduler_driver.py plays kube-scheduler against an extender (scheduler_filters.py: its
                       own filters and messages)
 Tests: tests/integration/kubeapi/"""

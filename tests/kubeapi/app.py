@@ -19,7 +19,7 @@ import msgspec
 import yaml
 from aiohttp import web
 
-from . import errors, resources, tables
+from . import errors, protobuf, resources, tables
 from .admission import Admission
 from .errors import ApiProblem
 from .faults import DUPLICATE_EVENTS, REORDERED_EVENTS, Faults
@@ -418,6 +418,10 @@ def _line(kind: str, obj: Obj) -> bytes:
 
 
 async def _body(request: web.Request) -> Any:
+    if request.content_type == "application/vnd.kubernetes.protobuf":
+        return protobuf.decode(await request.read())
+    if "protobuf" in request.content_type or "cbor" in request.content_type:
+        raise errors.unsupported_media_type(request.content_type)
     raw = await request.read()
     try:
         if request.content_type.endswith("yaml"):

@@ -49,7 +49,7 @@ DEFAULT_TOLERATIONS = [
 def default(rt: ResourceType, obj: Obj) -> Obj:
     """Scheme defaults, applied to every object the server decodes (create and update)."""
     if rt.kind == "Secret":
-        return {"type": "Opaque", **obj}
+        return {**obj, "type": obj.get("type") or "Opaque"}
     if rt.kind != "Pod":
         return obj
     spec = dict(obj.get("spec") or {})

@@ -27,9 +27,13 @@ PODS = "/api/v1/namespaces/default/pods"
     ("GET", f"{PODS}?limit=many", None, "application/json", 400),
     ("GET", f"{PODS}?resourceVersion=abc&resourceVersionMatch=Exact", None,
      "application/json", 400),
+    ("POST", "/api/v1/namespaces", "k8s\x00\x0a\xff\xff", "application/vnd.kubernetes.protobuf",
+     400),
+    ("POST", PODS, "k8s\x00\x0a\x09\x0a\x02v1\x12\x03Pod", "application/vnd.kubernetes.protobuf",
+     415),
 ], ids=["not-json", "not-an-object", "wrong-kind", "unknown-resource", "unknown-group",
         "unknown-patch-type", "json-patch-not-a-list", "bad-grace-period", "bad-limit",
-        "bad-resource-version"])
+        "bad-resource-version", "broken-protobuf", "protobuf-pod"])
 async def test_a_malformed_request_is_a_status_naming_the_problem(
         kube_api, raw, method, path, body, content_type, code):
     await raw.create(pod_body("p"))
@@ -64,9 +68,10 @@ OPS = st.lists(st.fixed_dictionaries(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[
     HealthCheck.function_scoped_fixture])
-@given(body=BODIES, patch=JSON | OPS, patch_type=PATCH_TYPES, binding=JSON)
+@given(body=BODIES, patch=JSON | OPS, patch_type=PATCH_TYPES, binding=JSON,
+       proto=st.binary(max_size=48))
 def test_random_bodies_patches_and_bindings_never_break_the_server(kube_api, body, patch,
-                                                                   patch_type, binding):
+                                                                   patch_type, binding, proto):
     if kube_api.server is None:
         pytest.skip("hammers the in-process server only")
     from lightkube.config.client_adapter import Client, ConnectionParams
@@ -79,8 +84,10 @@ def test_random_bodies_patches_and_bindings_never_break_the_server(kube_api, bod
                              headers={"Content-Type": patch_type})
         bound = http.post(f"{PODS}/p/binding", content=json.dumps(binding).encode(),
                           headers={"Content-Type": "application/json"})
+        protobuf = http.post("/api/v1/namespaces", content=b"k8s\x00" + proto,
+                             headers={"Content-Type": "application/vnd.kubernetes.protobuf"})
         listed = http.get(PODS)
-    for reply in (created, patched, bound):
+    for reply in (created, patched, bound, protobuf):
         assert reply.status_code < 500, reply.text
         assert reply.status_code in (200, 201) or reply.json()["kind"] == "Status"
     assert listed.status_code == 200

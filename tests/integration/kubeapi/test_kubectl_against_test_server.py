@@ -53,6 +53,20 @@ def test_kubectl_patches_with_all_three_types(kube_api, tmp_path):
     assert _labels(kube_api) == {"app": "a", "merge": "1", "strategic": "1", "json": "1"}
 
 
+def test_kubectl_typed_create_commands_send_protobuf_that_the_server_reads(kube_api):
+    name = "kubectl-typed"  # unique: a real server keeps deleted namespaces Terminating
+    kube_api.kubectl("create", "namespace", name)
+    kube_api.kubectl("create", "configmap", "c", "--from-literal=a=b", "-n", name)
+    kube_api.kubectl("create", "secret", "generic", "s", "--from-literal=k=v", "-n", name)
+    ns = json.loads(kube_api.kubectl("get", "namespace", name, "-o", "json").stdout)
+    cm = json.loads(kube_api.kubectl("get", "configmap", "c", "-n", name, "-o", "json").stdout)
+    secret = json.loads(kube_api.kubectl("get", "secret", "s", "-n", name, "-o",
+                                         "json").stdout)
+    assert ns["metadata"]["labels"]["kubernetes.io/metadata.name"] == name
+    assert cm["data"] == {"a": "b"}
+    assert (secret["data"], secret["type"]) == ({"k": "dg=="}, "Opaque")
+
+
 def test_kubectl_label_and_annotate_use_the_server_patch(kube_api, tmp_path):
     _create_pod(kube_api, tmp_path)
     kube_api.kubectl("label", "pod", "k", "app-", "tier=gpu")
