@@ -95,6 +95,12 @@ async def test_every_example_pod_is_mutated_placed_and_allocated_as_docs_demo_sh
         for uuid, mem, _ in (s for ss in slices.values() for s in ss):
             used[uuid] = used.get(uuid, 0) + mem
     assert all(v <= MIB_PER_GPU for v in used.values()), f"no GPU over-committed: {used}"
+    env_doc = (ROOT / "docs" / "configuration.md").read_text().split(
+        "## The container's environment")[1]
+    names = {re.sub(r"_\d+$", "_<i>", k) for t in trips for r in t.allocate.values()
+             for k in r.envs}
+    assert all(f"| `{n}` |" in env_doc for n in names), \
+        f"docs/configuration.md lists every variable the node agent sets: {sorted(names)}"
     shown, produced = doc_blocks(), render(trips, state_dir)
     assert sorted(shown) == sorted(produced), "docs/demo.md shows one block per step and pod"
     for name, text in produced.items():
