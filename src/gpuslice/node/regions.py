@@ -8,7 +8,7 @@ watchdog.py) or decide which pods are gone (the watchdog asks the cluster view).
 Invariant: the files are the tenant's, so they are never trusted: directories are walked
 without following symlinks, and files read with shim.Region.read (no symlink, no FIFO, a
 bounded read); anything it refuses is a `problem` string, never a hang or a crash.
-Tests: tests/integration/node/test_exporter_reads_real_regions.py
+Tests: tests/unit/node/test_regions.py, tests/integration/node/test_exporter_reads_real_regions.py
 """
 
 from __future__ import annotations
@@ -84,9 +84,16 @@ def remove(root: str | Path, pod_uid: str) -> None:
 
 def swap(root: str | Path, a_uid: str, b_uid: str) -> None:
     """Exchange two pods' region directories (after their assignments were swapped). Bind
-    mounts follow the directory, so each container keeps its own region under its new owner."""
+    mounts follow the directory, so each container keeps its own region under its new owner.
+    A pod without a directory yet (no Allocate answered) simply takes the other's."""
     r = Path(root)
-    tmp = r / f".swap-{uuidlib.uuid4().hex}"
-    os.rename(r / a_uid, tmp)
-    os.rename(r / b_uid, r / a_uid)
-    os.rename(tmp, r / b_uid)
+    a, b = r / a_uid, r / b_uid
+    if a.is_dir() and b.is_dir():
+        tmp = r / f".swap-{uuidlib.uuid4().hex}"
+        os.rename(a, tmp)
+        os.rename(b, a)
+        os.rename(tmp, b)
+    elif a.is_dir():
+        os.rename(a, b)
+    elif b.is_dir():
+        os.rename(b, a)
