@@ -161,3 +161,9 @@ def test_pod_views_match_the_uncached_functions_and_follow_new_marks():
     flights, _ = views.views([marked, *pods[1:]], NOW, 120)
     assert flights[0].flight.pending[0].container == "b", "a new mark is decoded at once"
     assert views.views(pods, NOW + 500, 120)[0] == [], "the in-flight window still applies"
+
+
+def test_an_assignment_naming_this_node_for_a_pod_bound_elsewhere_is_not_believed():
+    forged = pod("forged", [container("main")], {"main": [gpu(0)]}, at=NOW - 1)
+    forged["spec"]["nodeName"] = "node-b"  # the kubelet of node-b runs it; the annotation lies
+    assert in_flight([forged], NODE, NOW, 120) == []
