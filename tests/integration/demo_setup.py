@@ -1,5 +1,5 @@
 """The worked demo of docs/demo.md: example pods through the whole cluster side, no GPU cluster.
-Owns: `DemoCluster` (the in-process API server's clients plus, each started as the real code:
+Owns: `DemoCluster` (on the test's API server, either backend, each started as the real code:
 the webhook over HTTPS behind a MutatingWebhookConfiguration, the extender, the kube-scheduler
 driver configured from deploy/scheduler/kube-scheduler-config.yaml, and a node agent with 2 fake
 GPUs registered with the kubelet emulator), `Trip` (what a user can check of one pod at each

@@ -2,7 +2,9 @@
 Manager users write it, is created with kubectl through the API server, which calls the real
 webhook over HTTPS; the kube-scheduler driver calls the real extender (filter, prioritize,
 bind); the kubelet emulator calls the real node agent (2 fake GPUs) for Allocate. What a user
-would check is asserted, and docs/demo.md must show what this run produced."""
+would check is asserted, and docs/demo.md must show what this run produced. Also: a pod as
+Volcano's README writes it (`schedulerName: volcano`) is left to Volcano, and a pod no GPU can
+hold stays Pending with the events docs/troubleshooting.md shows."""
 
 from __future__ import annotations
 
