@@ -258,8 +258,8 @@ class SchedulerDriver:
                 freed = freed or (ended and old is not None and old.get("status") != pod.get(
                     "status"))
             elif self._ours(pod) and not pod["metadata"].get("deletionTimestamp") and \
-                    key not in self._pending:
-                self._pending[key] = _Pending(key)
+                    not pod["spec"].get("schedulingGates") and key not in self._pending:
+                self._pending[key] = _Pending(key)  # gated pods wait, as in PreEnqueue
                 self._push(pod)
         self.stats.bound = len(self._bound)
         self._changed.set()

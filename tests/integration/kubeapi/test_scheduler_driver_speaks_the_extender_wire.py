@@ -197,6 +197,22 @@ async def test_pods_of_other_schedulers_and_without_managed_resources_skip_the_e
     assert "nodeName" not in theirs["spec"]
 
 
+async def test_a_gated_pod_waits_until_its_scheduling_gates_are_removed(kube_api, raw,
+                                                                        extender):
+    await raw.create(node_body("node-a"))
+    gated = gpu_pod("gated")
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    async with SchedulerDriver(kube_api.kubeconfig, config(extender)) as driver:
+        await raw.create(gated)
+        await asyncio.sleep(0.3)
+        assert extender.calls == [] and driver.stats.attempts == 0
+        code, _ = await raw.call("PATCH", "/api/v1/namespaces/default/pods/gated",
+                                 [{"op": "remove", "path": "/spec/schedulingGates"}],
+                                 "application/json-patch+json")
+        assert code == 200
+        assert await driver.wait_until_bound(1, 10) == 1
+
+
 def test_the_config_reads_a_kube_scheduler_configuration_extender_entry():
     cfg = DriverConfig.from_extender({
         "urlPrefix": "http://x/ext", "filterVerb": "filter", "bindVerb": "bind",
