@@ -1,22 +1,20 @@
 """Plays kube-scheduler against an HTTP extender, for end-to-end tests and benchmarks.
-Owns: list+watch of pods and nodes, a FIFO queue of pending pods of one scheduler name
-(priority, then creation), one scheduling cycle at a time: own filters -> extender `filter`
--> `prioritize` (skipped with one feasible node) -> `bind` (or a Binding it posts itself),
-with the bodies kube-scheduler v1.36 sends (capitalised Go field names; Pod without kind,
-apiVersion or managedFields; NodeNames, or a full NodeList when nodeCacheCapable is false).
-Binding runs in the background while the next pod is scheduled, as in kube-scheduler.
+Owns: list+watch of pods and nodes, the scheduler's cache (bound and assumed pods per node),
+and one scheduling cycle at a time for pods of one scheduler name: own filters
+(scheduler_filters.py) -> extender `filter` -> `prioritize` (skipped with one feasible node)
+-> `bind` (or a Binding it posts itself), with kube-scheduler's bodies
+(scheduler_extender.py), taking pods from scheduler_queue.py. Binding runs in the background
+while the next pod is scheduled, as in kube-scheduler; pods with scheduling gates wait.
 On failure: a Warning FailedScheduling event ("0/N nodes are available: ..."), the pod's
-PodScheduled=False condition, and a retry with back-off (1 s doubling to 10 s); extender
-errors read like Go's (`Post "URL": context deadline exceeded ...`); ignorable extenders are
-skipped when they fail. Configure it from the extender entry of a KubeSchedulerConfiguration.
+PodScheduled=False condition, and a retry after back-off (1 s doubling to 10 s); an ignorable
+extender that fails is skipped. Configure it from the extender entry of a
+KubeSchedulerConfiguration (DriverConfig.from_extender).
 Tests: tests/integration/kubeapi/test_scheduler_driver_speaks_the_extender_wire.py"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import itertools
 import json
 import logging
 import random
@@ -29,11 +27,11 @@ from typing import Any
 import aiohttp
 
 from . import scheduler_filters as filters
+from .scheduler_extender import ExtenderClient, ExtenderError
+from .scheduler_queue import Pending, SchedulingQueue
 
 log = logging.getLogger("kubeapi.scheduler_driver")
 Obj = dict[str, Any]
-GO_HEADERS = {"User-Agent": "Go-http-client/1.1", "Content-Type": "application/json",
-              "Accept-Encoding": "gzip"}
 UNRESOLVABLE_OWN = (filters.UNSCHEDULABLE, filters.SELECTOR, "node(s) had untolerated taint")
 
 
@@ -82,10 +80,6 @@ def _seconds(text: str) -> float:
     raise ValueError(f"httpTimeout {text!r}: expected a Go duration such as 30s or 500ms")
 
 
-class ExtenderError(Exception):
-    """The extender could not be reached or answered with an error; the text is Go's."""
-
-
 @dataclass
 class DriverStats:
     attempts: int = 0
@@ -93,18 +87,6 @@ class DriverStats:
     failed: int = 0
     verb_seconds: dict[str, list[float]] = field(default_factory=dict)
     failures: list[tuple[str, str]] = field(default_factory=list)  # (pod key, message)
-
-
-@dataclass
-class _Pending:
-    """A pod this scheduler has not bound yet. state: "queued" (in the heap, maybe backing
-    off until ready_at), "unschedulable" (waits for a cluster event or flush_at), "binding"."""
-
-    pod_key: str
-    state: str = "queued"
-    attempts: int = 0
-    ready_at: float = 0.0
-    flush_at: float = 0.0
 
 
 class SchedulerDriver:
@@ -121,10 +103,8 @@ class SchedulerDriver:
         self._placed: dict[str, tuple[str, dict[str, float]]] = {}  # key -> (node, requests)
         self._used: dict[str, dict[str, float]] = {}  # node -> requests of pods placed there
         self._allocatable: dict[str, dict[str, float]] = {}  # node -> allocatable, parsed
-        self._pending: dict[str, _Pending] = {}
-        self._unschedulable: set[str] = set()  # keys of pending pods in that state
-        self._heap: list[tuple[int, str, int, str]] = []
-        self._seq = itertools.count()
+        self._queue = SchedulingQueue(config.initial_backoff, config.max_backoff,
+                                      config.unschedulable_timeout)
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -132,7 +112,7 @@ class SchedulerDriver:
         self._random = random.Random(config.seed)
         self._next_start = 0
         self._api: aiohttp.ClientSession | None = None
-        self._extender: aiohttp.ClientSession | None = None
+        self._extender: ExtenderClient | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -147,8 +127,9 @@ class SchedulerDriver:
             base_url=config.cluster.server, headers=headers,
             connector=aiohttp.TCPConnector(ssl=tls, limit=32),
             timeout=aiohttp.ClientTimeout(total=30))
-        self._extender = aiohttp.ClientSession(
-            headers=GO_HEADERS, timeout=aiohttp.ClientTimeout(total=self.config.http_timeout))
+        self._extender = ExtenderClient(self.config.url_prefix, self.config.http_timeout,
+                                        self.config.node_cache_capable,
+                                        self.stats.verb_seconds)
         synced = [asyncio.get_running_loop().create_future() for _ in range(2)]
         self._tasks = [asyncio.create_task(self._informer("/api/v1/nodes", self._on_node,
                                                           synced[0])),
@@ -166,9 +147,10 @@ class SchedulerDriver:
         for task in [*self._tasks, *self._binds]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        for session in (self._api, self._extender):
-            if session:
-                await session.close()
+        if self._api:
+            await self._api.close()
+        if self._extender:
+            await self._extender.close()
 
     async def wait_until_bound(self, count: int, timeout: float) -> int:
         """Wait until `count` pods of this scheduler are bound; return how many are."""
@@ -242,7 +224,7 @@ class SchedulerDriver:
             bound = bool(pod["spec"].get("nodeName"))
             if kind == "DELETED":
                 self.pods.pop(key, None)
-                self._pending.pop(key, None)
+                self._queue.remove(key)
                 self._bound.discard(key)
                 self._place(key, None)
                 freed = freed or bound
@@ -250,7 +232,7 @@ class SchedulerDriver:
             self.pods[key] = pod
             if bound:
                 self._assumed.pop(key, None)
-                self._pending.pop(key, None)
+                self._queue.remove(key)
                 if self._ours(pod):
                     self._bound.add(key)
                 ended = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
@@ -258,93 +240,51 @@ class SchedulerDriver:
                 freed = freed or (ended and old is not None and old.get("status") != pod.get(
                     "status"))
             elif self._ours(pod) and not pod["metadata"].get("deletionTimestamp") and \
-                    not pod["spec"].get("schedulingGates") and key not in self._pending:
-                self._pending[key] = _Pending(key)  # gated pods wait, as in PreEnqueue
-                self._push(pod)
+                    not pod["spec"].get("schedulingGates") and key not in self._queue:
+                self._queue.add(key, pod)  # gated pods wait, as in PreEnqueue
+                self._wake.set()
         self.stats.bound = len(self._bound)
         self._changed.set()
         if freed:
             self._cluster_changed()
 
     def _cluster_changed(self) -> None:
-        """Something that may make room happened: unschedulable pods go back to the queue
-        (they still wait out their back-off)."""
-        self._requeue(self._unschedulable)
+        self._queue.cluster_changed()
         self._wake.set()
-
-    def _requeue(self, keys: set[str]) -> None:
-        for key in list(keys):
-            self._unschedulable.discard(key)
-            pending = self._pending.get(key)
-            if pending is not None and pending.state == "unschedulable" and key in self.pods:
-                pending.state = "queued"
-                self._push(self.pods[key])
 
     def _ours(self, pod: Obj) -> bool:
         return pod["spec"].get("schedulerName") == self.config.scheduler_name
-
-    def _push(self, pod: Obj) -> None:
-        priority = int(pod["spec"].get("priority") or 0)
-        created = pod["metadata"].get("creationTimestamp") or ""
-        heapq.heappush(self._heap, (-priority, created, next(self._seq), _key(pod)))
-        self._wake.set()
 
     # ---- the scheduling loop --------------------------------------------------------------
 
     async def _loop(self) -> None:
         while True:
-            key = self._pop_ready()
-            if key is None:
+            pending = self._queue.pop_ready()
+            if pending is None:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._next_ready())
+                    await asyncio.wait_for(self._wake.wait(), self._queue.next_wait())
                 continue
-            pod = self.pods.get(key)
+            pod = self.pods.get(pending.key)
             if pod is None or pod["spec"].get("nodeName") or pod["metadata"].get(
                     "deletionTimestamp"):
-                self._pending.pop(key, None)
+                self._queue.remove(pending.key)
                 continue
-            await self._schedule_one(pod, self._pending[key])
+            await self._schedule_one(pod, pending)
 
-    def _pop_ready(self) -> str | None:
-        now = time.monotonic()
-        self._requeue({k for k in self._unschedulable
-                       if k not in self._pending or self._pending[k].flush_at <= now})
-        deferred, found = [], None
-        while self._heap:
-            entry = heapq.heappop(self._heap)
-            pending = self._pending.get(entry[3])
-            if pending is None or pending.state != "queued":
-                continue  # a stale entry
-            if pending.ready_at > now:
-                deferred.append(entry)
-                continue
-            found = entry[3]
-            pending.state = "binding"
-            break
-        for entry in deferred:
-            heapq.heappush(self._heap, entry)
-        return found
-
-    def _next_ready(self) -> float:
-        times = [p.ready_at if p.state == "queued" else p.flush_at
-                 for p in self._pending.values() if p.state != "binding"]
-        return max(0.01, min(times) - time.monotonic()) if times else 1.0
-
-    async def _schedule_one(self, pod: Obj, pending: _Pending) -> None:
+    async def _schedule_one(self, pod: Obj, pending: Pending) -> None:
         self.stats.attempts += 1
         pending.attempts += 1
-        key = _key(pod)
         try:
             node = await self._choose(pod)
         except ExtenderError as e:
-            await self._failed(pod, pending, str(e), wait_for_event=False)
+            await self._failed(pod, pending, str(e), unschedulable=False)
             return
         except _Unschedulable as e:
-            await self._failed(pod, pending, e.message, wait_for_event=True)
+            await self._failed(pod, pending, e.message, unschedulable=True)
             return
-        self._assumed[key] = node
-        self._place(key, node)
+        self._assumed[pending.key] = node
+        self._place(pending.key, node)
         bind = self._bind(pod, node, pending)
         if self.config.async_binding:
             task = asyncio.create_task(bind)
@@ -358,8 +298,10 @@ class SchedulerDriver:
         feasible, reasons, unresolvable = self._own_filters(pod, names)
         interested = self._interested(pod)
         if feasible and interested and self.config.filter_verb:
+            assert self._extender is not None
             try:
-                passed, failed, stuck = await self._extender_filter(pod, feasible)
+                passed, failed, stuck = await self._extender.filter(
+                    self.config.filter_verb, pod, feasible, self.nodes)
                 reasons.update(failed)
                 reasons.update(stuck)
                 unresolvable |= set(stuck)
@@ -371,7 +313,14 @@ class SchedulerDriver:
             raise _Unschedulable(filters.failure_message(len(names), reasons, unresolvable))
         if len(feasible) == 1 or not (interested and self.config.prioritize_verb):
             return self._random.choice(feasible) if len(feasible) > 1 else feasible[0]
-        scores = await self._extender_prioritize(pod, feasible)
+        assert self._extender is not None
+        try:
+            scores = await self._extender.prioritize(self.config.prioritize_verb, pod,
+                                                     feasible, self.nodes)
+        except ExtenderError as e:  # kube-scheduler ignores prioritize errors
+            log.warning("prioritize failed, scores ignored: %s", e)
+            scores = {}
+        scores = {n: score * self.config.weight for n, score in scores.items()}
         best = max(scores.get(n, 0) for n in feasible)
         return self._random.choice([n for n in feasible if scores.get(n, 0) == best])
 
@@ -422,84 +371,20 @@ class SchedulerDriver:
         managed = self.config.managed_resources
         return not managed or bool(filters.requested_names(pod) & set(managed))
 
-    # ---- extender calls -------------------------------------------------------------------
-
-    def _args(self, pod: Obj, names: list[str]) -> Obj:
-        """ExtenderArgs exactly as kube-scheduler marshals it."""
-        if self.config.node_cache_capable:
-            return {"Pod": _as_sent(pod), "Nodes": None, "NodeNames": names}
-        items = [{k: v for k, v in self.nodes[n].items() if k not in ("kind", "apiVersion")}
-                 for n in names]
-        return {"Pod": _as_sent(pod), "Nodes": {"metadata": {}, "items": items},
-                "NodeNames": None}
-
-    async def _post(self, verb: str, body: Any) -> Any:
-        assert self._extender is not None
-        url = f"{self.config.url_prefix.rstrip('/')}/{verb}"
-        start = time.perf_counter()
-        try:
-            async with self._extender.post(url, data=json.dumps(body).encode()) as reply:
-                if reply.status != 200:
-                    raise ExtenderError(f"failed {verb} with extender at URL {url}, code "
-                                        f"{reply.status}")
-                raw = await reply.read()
-        except TimeoutError:
-            raise ExtenderError(f'Post "{url}": context deadline exceeded (Client.Timeout '
-                                "exceeded while awaiting headers)") from None
-        except aiohttp.ClientConnectorError as e:
-            raise ExtenderError(f'Post "{url}": dial tcp {e.host}:{e.port}: connect: '
-                                f"{e.strerror or e}") from None
-        except aiohttp.ClientError as e:
-            raise ExtenderError(f'Post "{url}": {e}') from None
-        finally:
-            self.stats.verb_seconds.setdefault(verb, []).append(time.perf_counter() - start)
-        try:
-            return json.loads(raw)
-        except ValueError as e:
-            raise ExtenderError(f"{verb}: extender reply is not JSON: {e}") from None
-
-    async def _extender_filter(self, pod: Obj, names: list[str]) -> tuple[
-            list[str], dict[str, str], dict[str, str]]:
-        result = _fold_keys(await self._post(self.config.filter_verb, self._args(pod, names)))
-        if result.get("error"):
-            raise ExtenderError(result["error"])
-        if self.config.node_cache_capable:
-            passed = list(result.get("nodenames") or [])
-        else:
-            passed = [n["metadata"]["name"] for n in (result.get("nodes") or {}).get("items")
-                      or []]
-        return (passed, dict(result.get("failednodes") or {}),
-                dict(result.get("failedandunresolvablenodes") or {}))
-
-    async def _extender_prioritize(self, pod: Obj, names: list[str]) -> dict[str, int]:
-        try:
-            reply = await self._post(self.config.prioritize_verb, self._args(pod, names))
-        except ExtenderError as e:  # kube-scheduler ignores prioritize errors
-            log.warning("prioritize failed, scores ignored: %s", e)
-            return {}
-        scores: dict[str, int] = {}
-        for item in reply if isinstance(reply, list) else []:
-            host = item.get("Host", item.get("host"))  # Go decodes keys ignoring case
-            scores[host] = int(item.get("Score", item.get("score", 0))) * self.config.weight
-        return scores
-
     # ---- binding and failures -------------------------------------------------------------
 
-    async def _bind(self, pod: Obj, node: str, pending: _Pending) -> None:
+    async def _bind(self, pod: Obj, node: str, pending: Pending) -> None:
         meta = pod["metadata"]
         try:
             if self.config.bind_verb and self._interested(pod):
-                result = _fold_keys(await self._post(self.config.bind_verb, {
-                    "PodName": meta["name"], "PodNamespace": meta["namespace"],
-                    "PodUID": meta["uid"], "Node": node}))
-                if result.get("error"):
-                    raise ExtenderError(result["error"])
+                assert self._extender is not None
+                await self._extender.bind(self.config.bind_verb, pod, node)
             else:
                 await self._default_bind(pod, node)
         except ExtenderError as e:
-            self._assumed.pop(_key(pod), None)
-            self._place(_key(pod), None)
-            await self._failed(pod, pending, f"binding rejected: {e}", wait_for_event=False)
+            self._assumed.pop(pending.key, None)
+            self._place(pending.key, None)
+            await self._failed(pod, pending, f"binding rejected: {e}", unschedulable=False)
             return
         await self._event(pod, "Normal", "Scheduled",
                           f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}")
@@ -519,21 +404,12 @@ class SchedulerDriver:
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             raise ExtenderError(f"binding {meta['name']}: {e}") from None
 
-    async def _failed(self, pod: Obj, pending: _Pending, message: str,
-                      wait_for_event: bool) -> None:
-        key = _key(pod)
+    async def _failed(self, pod: Obj, pending: Pending, message: str,
+                      unschedulable: bool) -> None:
         self.stats.failed += 1
-        self.stats.failures.append((key, message))
-        if self._pending.get(key) is pending:
-            now = time.monotonic()
-            pending.ready_at = now + min(
-                self.config.initial_backoff * 2 ** (pending.attempts - 1), self.config.max_backoff)
-            pending.flush_at = now + self.config.unschedulable_timeout
-            pending.state = "unschedulable" if wait_for_event else "queued"
-            if wait_for_event:
-                self._unschedulable.add(key)
-            else:
-                self._push(pod)
+        self.stats.failures.append((pending.key, message))
+        self._queue.failed(pending, unschedulable)
+        self._wake.set()
         await self._event(pod, "Warning", "FailedScheduling", message)
         await self._mark_unschedulable(pod, message)
 
@@ -594,18 +470,6 @@ async def _lines(reply: aiohttp.ClientResponse) -> Any:
 
 def _key(obj: Obj) -> str:
     return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
-
-
-def _as_sent(pod: Obj) -> Obj:
-    """The pod as kube-scheduler's informer holds it: no kind/apiVersion, no managedFields."""
-    meta = {k: v for k, v in pod["metadata"].items() if k != "managedFields"}
-    return {**{k: v for k, v in pod.items() if k not in ("kind", "apiVersion")},
-            "metadata": meta}
-
-
-def _fold_keys(value: Any) -> Any:
-    """Go's encoding/json matches keys case-insensitively; fold the top level."""
-    return {k.lower(): v for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def _now() -> str:
