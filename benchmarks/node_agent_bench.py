@@ -51,7 +51,7 @@ async def bench(args: argparse.Namespace, server: KubeApiServer, base: Path) -> 
     cfg = load(None, flags={"nodeName": NODE, "devicePluginDir": str(base / "dp"),
                             "stateDir": str(base / "state"), "splitCount": 100,
                             "podResourcesSocket": str(base / "pr.sock"),
-                            "metricsAddress": "127.0.0.1:0", "inflightTimeoutSeconds": 3600,
+                            "metricsAddress": "127.0.0.1:0", "inFlightTimeoutSeconds": 3600,
                             "logLevel": "warning"}, environ={})
     agent = Agent(cfg, FakeBackend.with_count(args.gpus), client, library=lib)
     inside: list[float] = []  # time spent in the agent's own code per call (no gRPC, no kubelet)

@@ -100,7 +100,7 @@ class Agent:
 
     def _views(self) -> tuple[list[alloc.InFlight], dict[str, model.PodAssignment]]:
         return self._pod_views.views(self.cluster.pods(), time.time(),
-                                     self.cfg.inflight_timeout_seconds)
+                                     self.cfg.in_flight_timeout_seconds)
 
     def _answer(self, resource: str, device_ids: Sequence[str]) -> alloc.Answer:
         flights, assigned = self._views()

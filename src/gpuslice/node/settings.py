@@ -51,7 +51,7 @@ class NodeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     container_region_dir: str = msgspec.field(name="containerRegionDir",
                                               default="/var/run/gpuslice")
     # timing
-    inflight_timeout_seconds: float = msgspec.field(name="inflightTimeoutSeconds", default=120.0)
+    in_flight_timeout_seconds: float = msgspec.field(name="inFlightTimeoutSeconds", default=30.0)
     inventory_interval_seconds: float = msgspec.field(name="inventoryIntervalSeconds",
                                                       default=300.0)
     pod_resync_seconds: float = msgspec.field(name="podResyncSeconds", default=300.0)
@@ -81,7 +81,7 @@ def _check(c: NodeConfig, where: str) -> None:
     port = c.metrics_address.rpartition(":")[2]
     if not port.isdigit() or not 0 <= int(port) < 65536:
         problems.append(f"metricsAddress={c.metrics_address!r}: use HOST:PORT, e.g. 0.0.0.0:9400")
-    for key in ("inflight_timeout_seconds", "inventory_interval_seconds", "pod_resync_seconds",
+    for key in ("in_flight_timeout_seconds", "inventory_interval_seconds", "pod_resync_seconds",
                 "verify_interval_seconds", "health_interval_seconds"):
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be above 0")
