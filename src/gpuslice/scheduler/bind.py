@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.models.core_v1 import ObjectReference
-from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.core import resource as lkr
+from lightkube.generic_resource import Generic
 from lightkube.resources.core_v1 import Pod, PodBinding
 
 from gpuslice import codec, handoff
@@ -42,6 +42,12 @@ from gpuslice.scheduler.filter import Evaluator
 __all__ = ["BindFailed", "Binder"]
 
 log = logging.getLogger(__name__)
+
+_BINDING = type("PodBinding", (lkr.NamespacedSubResource, Generic),
+                {"_api_info": lkr.api_info(PodBinding)})
+"""pods/binding with a plain-dict reply: the API answers a Binding with a v1 Status, which
+lightkube's typed PodBinding cannot decode (kube.client.dict_view covers objects, not
+subresources)."""
 
 
 class BindFailed(Exception):
@@ -87,10 +93,13 @@ class Binder:
 
     # -- steps ---------------------------------------------------------------------------
     async def _pod(self, args: wire.BindingArgs, *, fresh: bool) -> Mapping[str, Any]:
-        """The pod (the cache's copy unless `fresh`), checked to be the one the scheduler
-        means and not bound to another node."""
+        """The pod (unless `fresh`: the watch's copy, else the one the filter got; a stale
+        copy only costs a 409 and a read), checked to be the one the scheduler means and not
+        bound to another node."""
         key = f"{args.PodNamespace}/{args.PodName}"
         pod = None if fresh else self.state.pod(key)
+        if not fresh and (pod is None or _uid(pod) != args.PodUID):
+            pod = self.ev.seen(args.PodUID)  # the filter's copy: the watch may lag behind
         if pod is None or _uid(pod) != args.PodUID:
             with errors.translate(f"get pod {key}"):
                 pod = dict(await self.client.get(dict_view(Pod), args.PodName,
@@ -140,9 +149,9 @@ class Binder:
         raise AssertionError("unreachable")
 
     async def _post_binding(self, args: wire.BindingArgs) -> None:
-        binding = PodBinding(metadata=ObjectMeta(name=args.PodName, namespace=args.PodNamespace,
-                                                 uid=args.PodUID),
-                             target=ObjectReference(apiVersion="v1", kind="Node", name=args.Node))
+        binding = _BINDING({"apiVersion": "v1", "kind": "Binding", "metadata": {
+            "name": args.PodName, "namespace": args.PodNamespace, "uid": args.PodUID},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": args.Node}})
         for attempt in range(self.attempts):
             try:
                 with errors.translate(f"bind pod {args.PodNamespace}/{args.PodName}"):

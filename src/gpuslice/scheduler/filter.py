@@ -15,7 +15,7 @@ Tests: tests/unit/scheduler/test_filter.py
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -69,6 +69,7 @@ class Evaluator:
         self.scheduler_name = scheduler_name
         self._last: tuple[tuple[Any, ...], float, Verdict] | None = None
         self._requests: dict[tuple[Any, Any], PodRequest] = {}
+        self._seen: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # uid -> pod, bounded
         self._devices: dict[str, tuple[handoff.DeviceRequest, ...]] = {}
 
     def ours(self, pod: Mapping[str, Any]) -> bool:
@@ -76,7 +77,8 @@ class Evaluator:
         return (pod.get("spec") or {}).get("schedulerName") == self.scheduler_name
 
     def request(self, pod: Mapping[str, Any]) -> PodRequest:
-        """The pod's request (RequestError: every problem), parsed once per pod version."""
+        """The pod's request (RequestError: every problem), parsed once per pod version.
+        Remembers the pod too: bind starts from it when the watch has not shown it yet."""
         meta = pod.get("metadata") or {}
         key = (meta.get("uid"), meta.get("resourceVersion"))
         req = self._requests.get(key) if key[0] and key[1] else None
@@ -85,7 +87,15 @@ class Evaluator:
             if len(self._requests) >= _REQUESTS:
                 self._requests.clear()
             self._requests[key] = req
+            self._seen.pop(str(key[0]), None)
+            self._seen[str(key[0])] = pod
+            if len(self._seen) > _REQUESTS:
+                self._seen.popitem(last=False)
         return req
+
+    def seen(self, uid: str) -> Mapping[str, Any] | None:
+        """The latest version of the pod a filter/prioritize/bind call carried, if any."""
+        return self._seen.get(uid)
 
     def cached(self, pod: Mapping[str, Any], names: list[str]) -> Verdict:
         """`names` against the cache; reuses the previous call's result for the same pod while

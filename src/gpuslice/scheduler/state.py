@@ -79,7 +79,7 @@ class _Facts(msgspec.Struct, frozen=True):
     assignment: PodAssignment | None
     bound_at: float | None
     flight: handoff.Flight | None  # computed without a timeout; the reader checks the age
-    source: tuple[Any, ...]  # what these facts were read from (uid, bound, deleting, annotations)
+    source: tuple[Any, ...]  # what they were read from: uid, deleting, our three annotations
 
 
 class _Assumed(msgspec.Struct, frozen=True):
@@ -87,31 +87,6 @@ class _Assumed(msgspec.Struct, frozen=True):
     assignment: PodAssignment
     flight: handoff.Flight | None
     since: float
-
-
-def _facts(pod: Mapping[str, Any], old: _Facts | None) -> _Facts | None:
-    """None for a pod that holds nothing whatever its annotations say (terminal). Reuses
-    `old` when nothing it was read from changed (most updates are status updates)."""
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-        return None
-    meta = pod.get("metadata") or {}
-    ann = meta.get("annotations") or {}
-    spec = pod.get("spec") or {}
-    source = (str(meta.get("uid") or ""), bool(spec.get("nodeName")),
-              bool(meta.get("deletionTimestamp")),
-              *(ann.get(k) for k in (codec.ASSIGNMENT_ANNOTATION, handoff.BOUND_AT,
-                                     handoff.ALLOCATED)))
-    if old is not None and old.source == source:
-        return old
-    assignment = None
-    if source[3] is not None:
-        try:
-            assignment = codec.decode_assignment(source[3])
-        except CodecError as exc:
-            log.warning("ignoring a malformed assignment: %s", exc, extra={"pod": pod_key(pod)})
-    flight = handoff.flight_of(pod, 0.0, math.inf) if assignment is not None else None
-    return _Facts(uid=source[0], bound=source[1], assignment=assignment,
-                  bound_at=handoff.parse_time(source[4]), flight=flight, source=source)
 
 
 class ExtenderState:
@@ -134,6 +109,7 @@ class ExtenderState:
         self._flies_on: dict[str, str] = {}  # key -> node
         self._first: dict[str, tuple[str, int]] = {}  # key -> first device request, unstarted
         self._unbound: set[str] = set()  # keys with an assignment but no node yet
+        self._requests: dict[str, tuple[handoff.DeviceRequest, ...]] = {}  # uid -> (immutable)
 
     # -- events --------------------------------------------------------------------------
     def on_node(self, kind: str, node: Mapping[str, Any]) -> None:
@@ -164,7 +140,7 @@ class ExtenderState:
         """ADDED / MODIFIED / DELETED of a (trimmed) managed Pod."""
         key = pod_key(pod)
         old = self._facts.get(key)
-        facts = None if kind == "DELETED" else _facts(pod, old)
+        facts = None if kind == "DELETED" else self._read(key, pod)
         if facts is not None and facts is old:
             self._pods[key] = pod  # e.g. a status update: nothing placement reads changed
             return
@@ -173,6 +149,8 @@ class ExtenderState:
             self._pods.pop(key, None)
             self._facts.pop(key, None)
             self._assumed.pop(key, None)
+            if old is not None:
+                self._requests.pop(old.uid, None)
         else:
             self._pods[key] = pod
             self._facts[key] = facts
@@ -270,6 +248,51 @@ class ExtenderState:
 
     def has_inventory(self, node: str) -> bool:
         return node in self._inv_text
+
+    # -- reading pods ----------------------------------------------------------------------
+    def _read(self, key: str, pod: Mapping[str, Any]) -> _Facts | None:
+        """What `pod` says (None: it has ended and holds nothing). Parses as little as it
+        can: most updates change nothing placement reads, and a pod's containers never change."""
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return None
+        meta = pod.get("metadata") or {}
+        ann = meta.get("annotations") or {}
+        uid = str(meta.get("uid") or "")
+        source = (uid, bool(meta.get("deletionTimestamp")),
+                  *(ann.get(k) for k in (codec.ASSIGNMENT_ANNOTATION, handoff.BOUND_AT,
+                                         handoff.ALLOCATED)))
+        bound = bool((pod.get("spec") or {}).get("nodeName"))
+        old = self._facts.get(key)
+        if old is not None and old.source == source:  # a status update, or the Binding
+            return old if old.bound == bound else msgspec.structs.replace(old, bound=bound)
+        assignment = None
+        if source[2] is not None:
+            try:
+                assignment = codec.decode_assignment(source[2])
+            except CodecError as exc:
+                log.warning("ignoring a malformed assignment: %s", exc, extra={"pod": key})
+        bound_at = handoff.parse_time(source[3])
+        flight = self._flight(key, pod, source, assignment, bound_at) if assignment else None
+        return _Facts(uid=uid, bound=bound, assignment=assignment, bound_at=bound_at,
+                      flight=flight, source=source)
+
+    def _flight(self, key: str, pod: Mapping[str, Any], source: tuple[Any, ...],
+                assignment: PodAssignment, bound_at: float | None) -> handoff.Flight | None:
+        """handoff.flight_of(pod), skipped where its answer is already known."""
+        uid, deleting, _, _, allocated = source
+        a = self._assumed.get(key)
+        if a is not None and a.flight is not None and a.uid == uid and not deleting \
+                and not allocated and a.assignment == assignment \
+                and a.flight.bound_at == bound_at:
+            return a.flight  # the watch shows what bind wrote: bind computed this flight
+        requests = self._requests.get(uid)
+        if requests is not None and isinstance(allocated, str) and \
+                {r.container for r in requests} <= set(allocated.split(",")):
+            return None  # the agent has answered every GPU container
+        flight = handoff.flight_of(pod, 0.0, math.inf)
+        if flight is not None:
+            self._requests[uid] = flight.requests
+        return flight
 
     # -- internals -----------------------------------------------------------------------
     def _desired(self, key: str) -> PodAssignment | None:

@@ -80,3 +80,19 @@ async def test_a_bind_for_a_recreated_pod_is_refused(kube_api):
                                         "PodUID": "0000-old-uid", "Node": "gpu-1"})
         assert "the pod was recreated" in reply["Error"]
         assert "nodeName" not in (await ext.pod("p"))["spec"]
+
+
+async def test_bind_starts_from_the_filters_copy_when_the_watch_lags(kube_api):
+    faults = kube_api.need_faults()
+    await create(kube_api.async_client(), node_obj("gpu-1"))
+    async with Running(kube_api) as ext:
+        ext.ext.pods.stop()  # the watch falls behind: the new pod never reaches the cache
+        await create(ext.client, pod_obj("p"))
+        assert (await ext.filter("p", ["gpu-1"]))["NodeNames"] == ["gpu-1"]
+        uid = (await ext.pod("p"))["metadata"]["uid"]
+        faults.fail_next(5, code=500, method="GET", resource="pods", name="p")
+        reply = await ext.verb("bind", {"PodName": "p", "PodNamespace": "default",
+                                        "PodUID": uid, "Node": "gpu-1"})
+        assert reply == {"Error": ""}, "no read needed: the filter carried the whole pod"
+        faults.reset()
+        assert (await ext.pod("p"))["spec"]["nodeName"] == "gpu-1"
