@@ -11,8 +11,9 @@ Tests: tests/integration/kubeapi/test_three_patch_types.py"""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
+
+import msgspec
 
 MERGE_KEYS: dict[str, str] = {
     "conditions": "type", "addresses": "type",
@@ -28,9 +29,14 @@ class PatchError(ValueError):
     """The patch cannot be applied; the message says where and why."""
 
 
+def _copy(value: Any) -> Any:
+    """A deep copy of a JSON value (a msgspec round trip: several times copy.deepcopy's speed)."""
+    return msgspec.json.decode(msgspec.json.encode(value))
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return _copy(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -42,9 +48,9 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 def strategic_merge_patch(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return _copy(patch)
     if patch.get("$patch") == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+        return {k: _copy(v) for k, v in patch.items() if k != "$patch"}
     if patch.get("$patch") == "delete":
         return None
     result = dict(target) if isinstance(target, dict) else {}
@@ -82,7 +88,7 @@ def _merge_list(old: list[Any], patch: list[dict[str, Any]], key: str, field: st
     if any(p.get("$patch") == "replace" for p in patch):
         return [{k: v for k, v in p.items() if k != "$patch"} for p in patch
                 if p.get("$patch") != "replace" or len(p) > 1]
-    result = [copy.deepcopy(item) for item in old]
+    result = list(old)  # items are replaced, never changed in place
     for item in patch:
         if key not in item:
             raise PatchError(f"{field}: map in a merged list has no merge key {key!r}: {item}")
@@ -101,7 +107,7 @@ def _merge_list(old: list[Any], patch: list[dict[str, Any]], key: str, field: st
 def json_patch(target: Any, ops: Any) -> Any:
     if not isinstance(ops, list):
         raise PatchError("a JSON patch must be a list of operations")
-    doc = copy.deepcopy(target)
+    doc = _copy(target)
     for n, op in enumerate(ops):
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise PatchError(f"operation {n}: needs 'op' and 'path': {op!r}")
@@ -143,19 +149,19 @@ def _apply_op(doc: Any, op: dict[str, Any]) -> Any:
         if "from" not in op:
             raise PatchError(f"{name} at {path}: missing 'from'")
         source = _pointer(op["from"])
-        value = copy.deepcopy(_resolve(doc, source, op["from"]))
+        value = _copy(_resolve(doc, source, op["from"]))
         if name == "move":
             doc = _remove(doc, source, op["from"])
         return _add(doc, parts, value, path)
     if name in ("add", "replace") and "value" not in op:
         raise PatchError(f"{name} at {path}: missing 'value'")
     if name == "add":
-        return _add(doc, parts, copy.deepcopy(op["value"]), path)
+        return _add(doc, parts, _copy(op["value"]), path)
     if name == "remove":
         return _remove(doc, parts, path)
     if name == "replace":
         doc = _remove(doc, parts, path)
-        return _add(doc, parts, copy.deepcopy(op["value"]), path)
+        return _add(doc, parts, _copy(op["value"]), path)
     raise PatchError(f"unknown operation {name!r}")
 
 
