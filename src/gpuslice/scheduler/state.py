@@ -173,6 +173,8 @@ class ExtenderState:
                 self._hold(key, old)
             raise
         self._assumed[key] = _Assumed(uid, assignment, flight, self.clock())
+        if flight is not None:
+            self._requests[uid] = flight.requests
         self._apply(key)
 
     def forget(self, key: str) -> None:
