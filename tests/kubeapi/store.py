@@ -249,6 +249,9 @@ class Store:
         apply = PATCH_TYPES.get(content_type)
         if apply is None:
             raise errors.unsupported_media_type(content_type)
+        if apply is json_patch and not isinstance(patch, list):  # jsonpatch.DecodePatch
+            raise errors.bad_request("json: cannot unmarshal object into Go value of type "
+                                     "jsonpatch.Patch")
         try:
             new = apply(old, patch)
         except PatchError as e:
