@@ -3,7 +3,8 @@ kube-scheduler stand-in. Not shipped: tests and benchmarks import it as `kubeapi
 on sys.path under pytest; benchmarks add it).
 Open first: fixtures.py (what a test gets), then server.py.
   server.py           KubeApiServer: the server on its own thread (HTTP + HTTPS); spawn()
-  app.py              HTTP paths, verbs, watch streams;  store.py  objects, resourceVersions
+  app.py              HTTP paths and verbs;  watch.py  watch streams
+  store.py            objects, resourceVersions, history, watchers
   shapes.py           JSON types (400);  objects.py  per-kind defaults, validation (422)
   patches.py          merge, strategic, JSON patch;  selectors.py  label/field selectors
   admission.py        calls admission webhooks;  errors.py  Status bodies;  tables.py  kubectl

@@ -1,16 +1,15 @@
 """HTTP face of the test API server: kube-apiserver's paths, verbs, bodies and watch streams.
 Owns: URL parsing (core and group paths, namespaced and cluster-scoped, subresources, the
-legacy /watch/ prefix), discovery and /version, request bodies (JSON; YAML for apply),
-Status replies, chunked watch streams with BOOKMARK/ERROR events, fault hooks per request,
-and a log of requests for tests. kubectl gets Tables when it asks for them.
-Does not: hold state (store.py) or run threads (server.py).
+legacy /watch/ prefix), discovery and /version, request bodies (JSON; YAML for apply; a few
+protobuf kinds), Status replies, fault hooks per request, and a log of requests for tests.
+kubectl gets Tables when it asks for them.
+Does not: hold state (store.py), stream watches (watch.py) or run threads (server.py).
 Tests: tests/integration/kubeapi/"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -22,10 +21,11 @@ from aiohttp import web
 from . import errors, protobuf, resources, tables
 from .admission import Admission
 from .errors import ApiProblem
-from .faults import DUPLICATE_EVENTS, REORDERED_EVENTS, Faults
+from .faults import Faults
 from .resources import BY_PATH, ResourceType
 from .selectors import field_matcher, label_matcher
-from .store import Obj, Store, Watcher
+from .store import Obj, Store
+from .watch import WatchStreams
 
 log = logging.getLogger("kubeapi")
 JSON = "application/json"
@@ -70,11 +70,9 @@ class ApiApp:
         self.store = store
         self.faults = faults
         self.admission = Admission(store)
-        self.bookmark_interval = bookmark_interval
-        self.watch_timeout = watch_timeout
+        self.watch = WatchStreams(store, faults, bookmark_interval=bookmark_interval,
+                                  watch_timeout=watch_timeout)
         self.requests: deque[RequestRecord] = deque(maxlen=20000)
-        self.watches: set[tuple[ResourceType, Watcher]] = set()
-        self._lines_cache: dict[tuple[int, str], tuple[Obj, bytes]] = {}
         self.app = web.Application(client_max_size=16 * 1024 * 1024)
         self.app.router.add_route("*", "/{path:.*}", self.handle)
 
@@ -83,10 +81,8 @@ class ApiApp:
     def control(self, action: str, resource: str | None) -> None:
         if action == "compact":
             self.store.compact()
-            return
-        for rt, watcher in list(self.watches):
-            if resource is None or rt.plural == resource:
-                watcher.queue.put_nowait((f"__{action}__", {"rv": self.store.rv}))
+        else:
+            self.watch.control(action, resource)
 
     # ---- dispatch -------------------------------------------------------------------------
 
@@ -188,7 +184,7 @@ class ApiApp:
         dry_run = q.get("dryRun") == "All"
         if not t.name:
             if method == "GET" and watch:
-                return await self._watch(request, t)
+                return await self.watch.serve(request, t.rt, t.namespace, self._matcher(t, q))
             if method == "GET":
                 return self._list(request, t)
             if method == "POST" and (t.namespace is not None or not t.rt.namespaced):
@@ -280,142 +276,6 @@ class ApiApp:
                       "metadata": meta, "items": items})
 
     # ---- watch ----------------------------------------------------------------------------
-
-    async def _watch(self, request: web.Request, t: Target) -> web.StreamResponse:
-        q = request.query
-        bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
-        initial = q.get("sendInitialEvents") in ("true", "1")
-        if initial and (not bookmarks or q.get("resourceVersionMatch") != "NotOlderThan"):
-            raise errors.invalid(t.rt, "", [("sendInitialEvents", "FieldValueForbidden",
-                                             "Forbidden: sendInitialEvents requires "
-                                             "allowWatchBookmarks=true and "
-                                             "resourceVersionMatch=NotOlderThan")])
-        try:
-            timeout = float(q.get("timeoutSeconds") or self.watch_timeout)
-        except ValueError:
-            raise errors.bad_request(f"invalid timeoutSeconds {q.get('timeoutSeconds')!r}") \
-                from None
-        matcher = self._matcher(t, q)
-        as_table = tables.wanted(request)
-        response = web.StreamResponse(headers={"Content-Type": JSON})
-        response.enable_chunked_encoding()
-        if self.faults.take_watch_expiry(t.rt.plural):
-            await response.prepare(request)
-            await self._write(response, "ERROR", errors.expired(
-                f"too old resource version: {q.get('resourceVersion', '0')} "
-                f"({self.store.rv})").status)
-            return response
-        try:
-            watcher, backlog = self.store.watch(t.rt, t.namespace, matcher,
-                                                q.get("resourceVersion"), initial)
-        except ApiProblem as p:
-            if p.code != 410:
-                raise
-            await response.prepare(request)
-            await self._write(response, "ERROR", p.status)
-            return response
-        start_rv = self.store.rv
-        if as_table:  # kubectl get -w: each event's object is a one-row Table
-            watcher.present = lambda obj: tables.table(t.rt, [obj], obj["metadata"][
-                "resourceVersion"])
-            watcher.plain = False
-        self.watches.add((t.rt, watcher))
-        try:
-            await response.prepare(request)
-            for kind, obj in backlog:
-                await self._write(response, kind, watcher.present(obj))
-            if initial:
-                await self._write(response, "BOOKMARK", self._bookmark(
-                    t.rt, start_rv, {"k8s.io/initial-events-end": "true"}))
-            await self._stream(response, t.rt, watcher, bookmarks, time.monotonic() + timeout)
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        finally:
-            self.watches.discard((t.rt, watcher))
-            self.store.unwatch(watcher)
-        return response
-
-    async def _stream(self, response: web.StreamResponse, rt: ResourceType, watcher: Watcher,
-                      bookmarks: bool, deadline: float) -> None:
-        """Send queued events until the deadline or a control item ends the watch. Events
-        queued together go out in one write (one TLS record, one syscall), as bursts are
-        common (a thousand pods created at once)."""
-        held: list[bytes] = []  # REORDERED_EVENTS keeps one event back
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            wait = min(left, self.bookmark_interval) if bookmarks else left
-            try:
-                items = [await asyncio.wait_for(watcher.queue.get(), wait)]
-            except TimeoutError:
-                if bookmarks and deadline - time.monotonic() > 0:
-                    await self._write(response, "BOOKMARK", self._bookmark(rt, self.store.rv))
-                continue
-            while not watcher.queue.empty() and len(items) < 500:
-                items.append(watcher.queue.get_nowait())
-            out, end = self._lines(rt, watcher, items, bookmarks, held)
-            if out:
-                await response.write(b"".join(out))
-            if end:
-                return
-        if held:
-            await response.write(b"".join(held))
-
-    def _lines(self, rt: ResourceType, watcher: Watcher, items: list[tuple[str, Obj]],
-               bookmarks: bool, held: list[bytes]) -> tuple[list[bytes], bool]:
-        """The lines for queued items, and whether the watch ends after them."""
-        out: list[bytes] = []
-        for kind, obj in items:
-            if kind in ("__drop__", "__expire__"):
-                out.extend(held)
-                held.clear()
-                if kind == "__expire__":
-                    out.append(_line("ERROR", errors.expired(
-                        f"too old resource version: {obj['rv']} ({obj['rv'] + 1})").status))
-                return out, True
-            if kind == "__bookmark__":
-                if bookmarks:
-                    out.append(_line("BOOKMARK", self._bookmark(rt, obj["rv"])))
-                continue
-            line = self._encoded(kind, obj) if watcher.plain else _line(kind, watcher.present(obj))
-            if self.faults.scenario_on(REORDERED_EVENTS, rt.plural) and not held:
-                held.append(line)
-                continue
-            out.append(line)
-            if self.faults.scenario_on(DUPLICATE_EVENTS, rt.plural):
-                out.append(line)
-            out.extend(held)
-            held.clear()
-        return out, False
-
-    def _encoded(self, kind: str, obj: Obj) -> bytes:
-        """One encoding of an event for every watcher that sends it as is (the objects are
-        never mutated; the cache holds a reference, so an id is not reused while cached)."""
-        key = (id(obj), kind)
-        hit = self._lines_cache.get(key)
-        if hit is not None:
-            return hit[1]
-        if len(self._lines_cache) > 4096:
-            self._lines_cache.clear()
-        line = _line(kind, obj)
-        self._lines_cache[key] = (obj, line)
-        return line
-
-    def _bookmark(self, rt: ResourceType, rv: int, annotations: dict[str, str] | None = None
-                  ) -> Obj:
-        meta: Obj = {"resourceVersion": str(rv), "creationTimestamp": None}
-        if annotations:
-            meta["annotations"] = annotations
-        return {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}
-
-    async def _write(self, response: web.StreamResponse, kind: str, obj: Obj) -> None:
-        await response.write(_line(kind, obj))
-
-
-def _line(kind: str, obj: Obj) -> bytes:
-    return msgspec.json.encode({"type": kind, "object": obj}) + b"\n"
-
 
 async def _body(request: web.Request) -> Any:
     if request.content_type == "application/vnd.kubernetes.protobuf":
