@@ -183,14 +183,15 @@ class Evaluator:
             return
         first = (requests[0].resource, requests[0].quantity)
         fixed = {s.container: s.memory_mib for s in v.pod.slices}  # None: percent of the GPU
+        same = (handoff.request_shape(requests, v.pod, fixed)  # type: ignore[arg-type]
+                if None not in fixed.values() else None)  # absolute memory: one shape anywhere
         for name in flying:
             flights = self.state.unstarted_like(name, first)
-            if not flights:
+            if not flights or all(f.shape == same for f in flights):
                 continue  # nothing there the node agent could confuse with this pod
-            mem = fixed if None not in fixed.values() else {
-                c.container: c.slices[0].memory_mib
-                for c in fits[name].assignment.containers if c.slices}
-            shape = handoff.request_shape(requests, v.pod, mem)  # type: ignore[arg-type]
+            shape = same if same is not None else handoff.request_shape(
+                requests, v.pod, {c.container: c.slices[0].memory_mib
+                                  for c in fits[name].assignment.containers if c.slices})
             f = handoff.blocking_flight(requests, shape, flights, key=v.pod.key)
             if f is not None:
                 del fits[name]
