@@ -93,14 +93,6 @@ class KubeApi:
         return result
 
 
-def assets_folder() -> Path | None:
-    """The envtest folder if KUBEBUILDER_ASSETS names one with etcd and kube-apiserver."""
-    from .envtest import find_assets
-
-    assets = find_assets(os.environ.get("KUBEBUILDER_ASSETS"))
-    return assets.folder if assets else None
-
-
 @pytest.fixture(scope="session")
 def kube_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         ControlPlane | None]:

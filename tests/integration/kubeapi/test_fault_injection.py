@@ -104,6 +104,18 @@ async def test_reordered_events_scenario_swaps_each_pair(raw, faults):
     assert events == [("DELETED", "a"), ("ADDED", "b")]
 
 
+@pytest.mark.parametrize("kube_api", [{"bookmark_interval": 60}], indirect=True)
+async def test_a_bookmark_can_be_asked_for_on_open_watches(raw, faults):
+    created = await raw.create(pod_body("a"))
+    rv = created["metadata"]["resourceVersion"]
+    task = await _watch_in_background(raw, 1, resourceVersion=rv, allowWatchBookmarks="true")
+    start = time.monotonic()
+    faults.bookmark_now("pods")
+    (event,) = await task
+    assert time.monotonic() - start < 2, "not the periodic one (a minute away)"
+    assert event["type"] == "BOOKMARK" and event["object"]["metadata"]["resourceVersion"] == rv
+
+
 async def test_reset_clears_every_rule(raw, faults):
     faults.fail_next(5, code=503)
     faults.reset()
