@@ -256,16 +256,24 @@ class ControlPlane:
         )
         from lightkube.resources.coordination_v1 import Lease
         from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Node, Pod, Secret
+        from lightkube.types import PatchType
 
         client = Client(config=KubeConfig.from_file(self.kubeconfig))
+
+        def remove(res: Any, obj: Any, ns: str | None = None) -> None:
+            if obj.metadata.finalizers:  # nobody else would ever remove them here
+                client.patch(res, obj.metadata.name, {"metadata": {"finalizers": None}},
+                             namespace=ns, patch_type=PatchType.MERGE)
+            client.delete(res, obj.metadata.name, namespace=ns, grace_period=0)
+
         for res in (Pod, Event, Lease, ConfigMap, Secret):
             for obj in client.list(res, namespace="*"):
-                ns, name = obj.metadata.namespace, obj.metadata.name
-                if not kept_by_reset(res.__name__, ns, name):
-                    client.delete(res, name, namespace=ns, grace_period=0)
+                ns = obj.metadata.namespace
+                if not kept_by_reset(res.__name__, ns, obj.metadata.name):
+                    remove(res, obj, ns)
         for res in (Node, MutatingWebhookConfiguration, ValidatingWebhookConfiguration):
             for obj in client.list(res):
-                client.delete(res, obj.metadata.name)
+                remove(res, obj)
         for ns in client.list(Namespace):
             if ns.metadata.name not in SYSTEM_NAMESPACES and not ns.metadata.deletionTimestamp:
                 client.delete(Namespace, ns.metadata.name)

@@ -129,6 +129,8 @@ async def test_a_control_plane_starts_serves_resets_and_stops(tmp_path):
         raw = Raw(KubeApi(plane.version, plane.url, plane.kubeconfig, control_plane=plane))
         await raw.create(pod_body("left-over"))
         await raw.create(node_body("n1"))
+        await raw.call("POST", "/api/v1/namespaces/default/configmaps", {
+            "metadata": {"name": "held", "finalizers": ["example.com/keep"]}})
         await raw.call("POST", "/api/v1/namespaces", {"metadata": {"name": "scratch"}})
         leases = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
         for name in ("apiserver-abc", "gpuslice-scheduler"):
@@ -140,7 +142,9 @@ async def test_a_control_plane_starts_serves_resets_and_stops(tmp_path):
         _, pods = await raw.call("GET", "/api/v1/pods")
         _, nodes = await raw.call("GET", "/api/v1/nodes")
         _, namespaces = await raw.call("GET", "/api/v1/namespaces")
+        code, _ = await raw.call("GET", "/api/v1/namespaces/default/configmaps/held")
         assert pods["items"] == [] and nodes["items"] == []
+        assert code == 404, "a finalizer does not keep an object across tests"
         assert "scratch" not in {n["metadata"]["name"] for n in namespaces["items"]}
     finally:
         processes = list(plane.processes)
