@@ -234,13 +234,7 @@ class Store:
                subresource: str = "", manager: str = "", dry_run: bool = False) -> Obj:
         old = self.get(rt, ns, name)
         shapes.check(rt, body)
-        meta = body.get("metadata") or {}
-        if meta.get("name", name) != name:
-            raise errors.bad_request(f"the name of the object ({meta.get('name')}) does not "
-                                     f"match the name on the URL ({name})")
-        want = meta.get("resourceVersion")
-        if want and want != old["metadata"]["resourceVersion"]:
-            raise errors.conflict(rt, name, errors.STALE)
+        _preconditions(rt, name, old["metadata"], body.get("metadata") or {})
         return self._replace(rt, old, body, subresource, manager, dry_run)
 
     def patch(self, rt: ResourceType, ns: str | None, name: str, content_type: str, patch: Any,
@@ -259,13 +253,7 @@ class Store:
         shapes.check(rt, new)
         if not isinstance(new.get("metadata"), dict):
             raise errors.bad_request(f"the patch left {rt.kind} {name!r} without metadata")
-        meta, old_meta = new["metadata"], old["metadata"]
-        if meta.get("resourceVersion") != old_meta["resourceVersion"] and meta.get(
-                "resourceVersion"):
-            raise errors.conflict(rt, name, errors.STALE)
-        if meta.get("uid", old_meta["uid"]) != old_meta["uid"]:
-            raise errors.conflict(rt, name, f"Precondition failed: UID in precondition: "
-                                            f"{meta['uid']}, UID in object meta: {old_meta['uid']}")
+        _preconditions(rt, name, old["metadata"], new["metadata"])
         sent = patch if isinstance(patch, dict) else new
         return self._replace(rt, old, new, subresource, manager, dry_run, sent)
 
@@ -414,6 +402,19 @@ class Store:
             if (ns or "", name) not in self.objects[rt.key]:
                 return name
         raise errors.already_exists(rt, prefix)
+
+
+def _preconditions(rt: ResourceType, name: str, old: Obj, new: Obj) -> None:
+    """What an update or a patch result may not carry: another name (400), a stale
+    resourceVersion or another UID (409)."""
+    if new.get("name", name) != name:
+        raise errors.bad_request(f"the name of the object ({new.get('name')}) does not match "
+                                 f"the name on the URL ({name})")
+    if new.get("resourceVersion") and new["resourceVersion"] != old["resourceVersion"]:
+        raise errors.conflict(rt, name, errors.STALE)
+    if new.get("uid") and new["uid"] != old["uid"]:
+        raise errors.conflict(rt, name, f"Precondition failed: UID in precondition: "
+                                        f"{new['uid']}, UID in object meta: {old['uid']}")
 
 
 def _obj_key(obj: Obj) -> Key:

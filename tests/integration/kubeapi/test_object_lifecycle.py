@@ -48,6 +48,20 @@ async def test_a_put_whose_body_names_another_object_is_a_400(raw):
     assert (code, reply["reason"]) == (400, "BadRequest")
 
 
+async def test_an_update_carrying_another_uid_is_a_409(raw):
+    await raw.call("POST", CM, _cm("one"))
+    body = {**_cm("one"), "metadata": {"name": "one",
+                                       "uid": "00000000-0000-0000-0000-000000000000"}}
+    code, reply = await raw.call("PUT", f"{CM}/one", body)
+    assert code == 409 and "Precondition failed: UID in precondition" in reply["message"]
+
+
+async def test_a_patch_that_renames_the_object_is_a_400(raw):
+    await raw.call("POST", CM, _cm("one"))
+    code, reply = await raw.call("PATCH", f"{CM}/one", {"metadata": {"name": "two"}}, MERGE)
+    assert (code, reply["reason"]) == (400, "BadRequest")
+
+
 async def test_a_delete_with_a_wrong_uid_precondition_is_a_409(raw):
     await raw.create(node_body("n1"))
     code, reply = await raw.call("DELETE", "/api/v1/nodes/n1", {
