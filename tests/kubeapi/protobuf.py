@@ -18,8 +18,10 @@ MAGIC = b"k8s\x00"
 _META_STRINGS = {1: "name", 2: "generateName", 3: "namespace", 5: "uid", 6: "resourceVersion"}
 
 
-def _fields(data: bytes) -> dict[int, list[Any]]:
+def _fields(data: Any) -> dict[int, list[Any]]:
     """Field number -> values (ints for varints, bytes for length-delimited)."""
+    if not isinstance(data, bytes):
+        raise ValueError(f"expected an embedded message, found {type(data).__name__}")
     out: dict[int, list[Any]] = {}
     i = 0
     while i < len(data):
@@ -52,7 +54,9 @@ def _varint(data: bytes, i: int) -> tuple[int, int]:
         shift += 7
 
 
-def _text(raw: bytes) -> str:
+def _text(raw: Any) -> str:
+    if not isinstance(raw, bytes):
+        raise ValueError(f"expected a string, found {type(raw).__name__}")
     return raw.decode("utf-8")
 
 
