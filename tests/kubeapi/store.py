@@ -214,6 +214,8 @@ class Store:
     def create(self, rt: ResourceType, ns: str | None, body: Obj, *, manager: str = "",
                dry_run: bool = False, admitted: bool = False) -> Obj:
         """POST `body` as sent, or `admitted`: an admission_view() that webhooks have seen."""
+        if admitted:
+            shapes.check(rt, body)  # what the webhooks' patches made of it
         obj = body if admitted else self.admission_view(rt, ns, body, manager)
         if not obj["metadata"].get("name") and obj["metadata"].get("generateName"):
             obj["metadata"]["name"] = self._generated_name(rt, ns, obj["metadata"][
