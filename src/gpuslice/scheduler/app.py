@@ -35,6 +35,10 @@ NOT_LEADER = ("this gpuslice-scheduler replica is not the leader and does not bi
               "kube-scheduler will retry (check the leader's /readyz)")
 
 
+class _Starting(Exception):
+    """The caches have not synced: any answer now could be wrong."""
+
+
 class _NotOurs(Exception):
     """A pod of another scheduler profile (extenders are called for every profile)."""
 
@@ -47,9 +51,15 @@ def _json(obj: object) -> web.Response:
 
 
 def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable[[], str | None],
-             is_leader: Callable[[], bool], recorder: EventRecorder | None = None
-             ) -> web.Application:
+             is_leader: Callable[[], bool], recorder: EventRecorder | None = None,
+             starting: Callable[[], str | None] = lambda: None) -> web.Application:
+    """`starting()` says why the cache cannot answer yet (None once synced): until then every
+    verb answers an error, which kube-scheduler retries, never a wrong "no GPU inventory"."""
+
     async def evaluate(request: web.Request) -> tuple[wire.ExtenderArgs, Verdict, list[str]]:
+        not_yet = starting()
+        if not_yet is not None:
+            raise _Starting(not_yet)
         args = wire.decode(await request.read(), wire.ExtenderArgs)
         if not ev.ours(args.Pod):
             raise _NotOurs(args)
@@ -68,7 +78,7 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
         except _NotOurs as other:  # another profile's pod: no opinion
             return _json(wire.FilterResult(Nodes=other.body.Nodes,
                                            NodeNames=other.body.NodeNames))
-        except (wire.WireError, RequestError) as exc:
+        except (wire.WireError, RequestError, _Starting) as exc:
             return _json(wire.FilterResult(Error=str(exc)))
         reply = filter_reply(verdict, names)
         if args.Nodes is not None:  # answer in the request's shape: the fitting Node objects
@@ -97,6 +107,8 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
             reply = prioritize_reply(ev, verdict, names)
         except wire.WireError as exc:
             return web.Response(status=400, text=f"{exc}\n")
+        except _Starting as exc:
+            return web.Response(status=503, text=f"{exc}\n")
         except (RequestError, _NotOurs):
             return _json([])  # refused by the filter already, or another profile's pod
         response = _json(reply)
@@ -109,7 +121,7 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
             args = wire.decode(await request.read(), wire.BindingArgs)
         except wire.WireError as exc:
             return _json(wire.BindingResult(Error=str(exc)))
-        error = await binder.bind(args) if is_leader() else NOT_LEADER
+        error = starting() or (await binder.bind(args) if is_leader() else NOT_LEADER)
         if error:
             metrics.bind_failed.inc()
         else:

@@ -80,17 +80,25 @@ class Extender:
     def is_leader(self) -> bool:
         return self.elector is None or self.elector.is_leader
 
-    def ready(self) -> str | None:
+    def starting(self) -> str | None:
         missing = [i.name for i in (self.nodes, self.pods) if not i.synced.is_set()]
         if missing:
-            return f"cache of {' and '.join(missing)} not synced yet"
+            return (f"gpuslice-scheduler is starting: its cache of {' and '.join(missing)} is "
+                    "not synced yet; kube-scheduler will retry")
+        return None
+
+    def ready(self) -> str | None:
+        not_yet = self.starting()
+        if not_yet is not None:
+            return not_yet
         if not self.is_leader():
             return "not the leader (a follower does not bind)"
         return None
 
     def app(self) -> web.Application:
         return routes.make_app(self.evaluator, self.binder, self.metrics, ready=self.ready,
-                               is_leader=self.is_leader, recorder=self.recorder)
+                               is_leader=self.is_leader, recorder=self.recorder,
+                               starting=self.starting)
 
     # -- life cycle --------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:

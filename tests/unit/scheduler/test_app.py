@@ -112,3 +112,18 @@ async def test_a_pod_that_fits_nowhere_is_counted_by_its_reason(http):
     await post(http, "filter", {"Pod": pod("huge", mem=65536), "NodeNames": ["node-a", "node-x"]})
     text = await (await http.get("/metrics")).text()
     assert 'gpuslice_scheduler_pods_refused_total{reason="insufficient GPU memory"} 1.0' in text
+
+
+async def test_before_the_caches_sync_every_verb_answers_an_error_never_no_inventory():
+    """A restarted extender must not call every node empty: kube-scheduler would mark the pod
+    unresolvable and wait minutes; an error makes it retry with back-off instead."""
+    state = ExtenderState(timeout_s=30, clock=Clock())
+    why = "gpuslice-scheduler is starting: its cache of pods is not synced yet"
+    app = make_app(Evaluator(state, parse_policy("binpack")), _NoBinder(),  # type: ignore[arg-type]
+                   Metrics(state), ready=lambda: why, is_leader=lambda: True,
+                   starting=lambda: why)
+    async with TestClient(TestServer(app)) as http:
+        reply = await post(http, "filter", {"Pod": pod("p"), "NodeNames": ["n1"]})
+        assert reply["Error"] == why and reply["FailedAndUnresolvableNodes"] == {}
+        assert (await http.post("/prioritize", data=b"{}")).status == 503
+        assert (await post(http, "bind", sample("bind.request")))["Error"] == why
