@@ -1,11 +1,15 @@
 /* Environment -> struct gs_config (see config.h). Pure: takes an env lookup function and an
- * environ-style list, so tests/native/unit/test_config.c drives it with tables. Error text names
- * the variable, the value, what is wrong and the fix. */
+ * environ-style list, so tests/native/unit/test_config.c drives it with tables; the one look at
+ * the file system is whether the node agent's region is there (gs_config_agent_region), which
+ * outranks the env's region path. Error text names the variable, the value, what is wrong and
+ * the fix. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -191,6 +195,16 @@ int gs_config_parse(struct gs_config *c, gs_getenv_fn get)
     return c->valid ? 0 : -1;
 }
 
+int gs_config_agent_region(struct gs_config *c, const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) return 0;
+    snprintf(c->region_path, sizeof c->region_path, "%s", path);
+    c->agent_region = 1;
+    c->mem_limited = 1;
+    return 1;
+}
+
 /* Every GPUSLICE_* name of the project: the library's own, and those other gpuslice parts set or
  * read (they reach CUDA processes through injected or inherited environments); an entry ending
  * in "_" covers a whole prefix (a service's settings, checked by that service). Anything else
@@ -273,6 +287,10 @@ static void gs_config_load(void)
         return;
     }
     gs_log_set_level(gs_cfg.log_level);
+    const char *env = getenv("CUDA_DEVICE_MEMORY_SHARED_CACHE");
+    if (gs_config_agent_region(&gs_cfg, GS_AGENT_REGION) && env && *env && strcmp(env, GS_AGENT_REGION) != 0)
+        GS_WARN("CUDA_DEVICE_MEMORY_SHARED_CACHE=%s is ignored: the node agent's region %s is this "
+                "container's, with the limits it was given", env, GS_AGENT_REGION);
 }
 
 const struct gs_config *gs_config_get(void)

@@ -22,9 +22,13 @@
 
 /* Open (or create, complete, with mode 0666) the region for cfg, after checking that the file
  * is a regular file (no symlink, FIFO or device) owned by root, this user or the directory's
- * owner, of mode 0666 and the exact size, created in this pid namespace. 0 ok, -1 refused
+ * owner, of mode 0666 and the exact size, used in this pid namespace (a region with pid_ns 0 is
+ * claimed; one whose namespace's processes all closed it is taken over). 0 ok, -1 refused
  * (one log line says why and how to fix it; the caller fails closed). */
 int gs_region_open(const struct gs_config *cfg);
+/* CUDA_TASK_PRIORITY of the region (0 high, 1 low) when it records one, else fallback (the
+ * process's env): like its limits, the region's priority wins. */
+int gs_region_priority(int fallback);
 /* The mapped region, or NULL when none is open. */
 struct gs_region_header *gs_region(void);
 /* 1 once the region file was truncated under this process (region/guard.c): fail closed. */
@@ -70,6 +74,9 @@ void gs_region_release_self(void);
  * reason in why. *created: 1 if this call created it. */
 void *gs_shared_file_map(const char *path, size_t size, int owner_checked, void (*init)(void *, const void *),
                          const void *arg, char *why, size_t len, int *created);
+/* The same, also handing back the open descriptor (O_CLOEXEC) in *fd_out on success. */
+void *gs_shared_file_map_fd(const char *path, size_t size, int owner_checked, void (*init)(void *, const void *),
+                            const void *arg, char *why, size_t len, int *created, int *fd_out);
 /* region/guard.c: a SIGBUS inside [map, map + size) (the file was truncated) swaps the mapping
  * for private zero pages and sets *broken to 1. */
 void gs_guard_add(void *map, size_t size, int *broken);

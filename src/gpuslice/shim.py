@@ -1,8 +1,9 @@
 """Python side of libgpuslice: shared-region reader, library path, `gpuslice run/top/shim`.
 
 Owns: `Region` (read-only view of the region file; mirrors native/include/gpuslice/region.h,
-documented in docs/shim.md), `library_path()`, and the three CLI commands. Does not: write the
-region (only the C library does) or enforce anything itself.
+documented in docs/shim.md), `RegionSpec` (the bytes of a new region, as the library would
+write them: what the node agent creates at Allocate), `library_path()`, and the three CLI
+commands. Does not: place region files (node/regions.py does) or enforce anything itself.
 Invariants: stdlib only at import time (runs with PYTHONPATH=src where msgspec is absent; click and
 rich are imported inside the commands); totals are derived from live slots, as the library does.
 Failure: ShimError (CLI exit 3) for a missing library or an unreadable/foreign region,
@@ -36,8 +37,8 @@ from gpuslice.errors import (
     warn,
 )
 
-__all__ = ["DeviceView", "ProcessView", "Region", "driver_problem", "library_path", "run_command",
-           "shim_command", "top_command"]
+__all__ = ["AGENT_REGION", "DeviceView", "ProcessView", "Region", "RegionSpec", "driver_problem",
+           "library_path", "run_command", "shim_command", "top_command"]
 
 # ---- layout (native/include/gpuslice/region.h, GS_REGION_VERSION 2) ----
 MAGIC = 0x4543494C53555047  # b"GPUSLICE" little-endian
@@ -52,6 +53,7 @@ _HEADER = struct.Struct(f"<QIIIIIIIiiIQQiIQ{MAX_DEVICES}QQQi")
 _DEVICE = struct.Struct("<64sQQII")  # uuid, limit, context_bytes, state, index
 DEVICE_READY = 1
 REGION_UUID_LIST = 1  # header flag: devices fixed by GPUSLICE_DEVICE_UUIDS
+REGION_PRIORITY, REGION_LOW_PRIORITY = 2, 4  # header flags: priority recorded; it is 1 (low)
 # pid, state, start_time, used, pending, nvml_pid
 _SLOT = struct.Struct(f"<iIQ{MAX_DEVICES}Q{MAX_DEVICES}QI")
 _COMPUTE_PROC = struct.Struct("<QQQQqQ")  # busy, throttle, launches, throttled, inflight, last
@@ -59,6 +61,9 @@ SLOT_STATES = {0: "free", 1: "live", 2: "reclaiming"}  # low byte; a reclaimer's
 SLOT_LIVE = 1
 _COMPUTE_PROC_OFFSET = 288
 LIBRARY_ENV = "GPUSLICE_LIBRARY"
+# Where the library looks first for the node agent's region (GS_AGENT_REGION, native/src/config.h)
+AGENT_REGION = "/var/run/gpuslice/region"
+COMPUTE_MODES = {"hard": 0, "work-conserving": 1}
 
 
 def default_region_path() -> Path:
@@ -188,6 +193,9 @@ class Region:
     processes: tuple[ProcessView, ...] = field(default=())
     index_limits: tuple[int, ...] = ()  # limit by container device index (0..15)
     uuid_list: bool = False  # devices fixed by GPUSLICE_DEVICE_UUIDS (others are refused)
+    priority: int | None = None  # CUDA_TASK_PRIORITY the region records (None: not recorded)
+    pid_ns: int = 0  # pid namespace inode of its users (0: not claimed yet)
+    default_limit: int = 0  # limit of indexes >= 16
 
     @classmethod
     def read(cls, path: str | os.PathLike[str], *, check_alive: bool = True) -> Region:
@@ -232,7 +240,10 @@ class Region:
                    compute_mode=compute_mode, slot_hwm=slot_hwm, created_unix_s=created,
                    creator_pid=creator, devices=tuple(devices), processes=tuple(procs),
                    index_limits=tuple(rest[:MAX_DEVICES]),
-                   uuid_list=bool(flags & REGION_UUID_LIST))
+                   uuid_list=bool(flags & REGION_UUID_LIST),
+                   priority=int(bool(flags & REGION_LOW_PRIORITY))
+                   if flags & REGION_PRIORITY else None,
+                   pid_ns=rest[MAX_DEVICES], default_limit=rest[MAX_DEVICES + 1])
 
     @staticmethod
     def _slots(data: bytes, count: int, check_alive: bool) -> list[ProcessView]:
@@ -280,6 +291,68 @@ class Region:
                            "gpu_busy_ns": p.gpu_busy_ns, "throttle_ns": p.throttle_ns}
                           for p in self.processes],
         }
+
+
+@dataclass(frozen=True)
+class RegionSpec:
+    """A new region's limits, as the node agent gives a container at Allocate: its GPUs in
+    GPUSLICE_DEVICE_UUIDS order with their byte limits (0 = none), the SM limit in percent,
+    the compute mode and priority. `encode()` gives the bytes the library writes at creation
+    for the same env, except that pid_ns is 0 (the container's first process claims it) and the
+    creator pid is 0 (the agent). ShimError on values the library would refuse."""
+
+    device_uuids: tuple[str, ...]
+    limits: tuple[int, ...]
+    sm_limit: int = 0
+    compute_mode: str = "hard"
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        bad = [u for u in self.device_uuids if not u.startswith("GPU-") or len(u) >= 64 or
+               not u.isascii() or not all(c in "0123456789abcdefABCDEF-" for c in u[4:])]
+        problems = [
+            f"device UUIDs {bad}: use GPU-<hex> UUIDs as NVML gives them" if bad else "",
+            f"{len(self.device_uuids)} GPUs: a region holds 1..{MAX_DEVICES}"
+            if not 0 < len(self.device_uuids) <= MAX_DEVICES else "",
+            f"{len(self.limits)} limits for {len(self.device_uuids)} GPUs: give one per GPU"
+            if len(self.limits) != len(self.device_uuids) else "",
+            f"limits {self.limits}: use bytes in 0..2^63-1"
+            if any(not 0 <= x < 1 << 63 for x in self.limits) else "",
+            f"sm_limit {self.sm_limit}: use a percentage 0..100" if not 0 <= self.sm_limit <= 100
+            else "",
+            f"compute_mode {self.compute_mode!r}: use one of {', '.join(COMPUTE_MODES)}"
+            if self.compute_mode not in COMPUTE_MODES else "",
+            f"priority {self.priority}: use 0 (high) or 1 (low)" if self.priority not in (0, 1)
+            else "",
+        ]
+        if any(problems):
+            raise ShimError("region spec: " + "; ".join(p for p in problems if p))
+
+    def encode(self, *, created_unix_s: int = 0) -> bytes:
+        """The complete region file, magic included (write bytes 8.. first, then the magic)."""
+        buf = bytearray(REGION_SIZE)
+        index_limits = list(self.limits) + [0] * (MAX_DEVICES - len(self.limits))
+        device_count = max((i + 1 for i, x in enumerate(index_limits) if x), default=0)
+        flags = REGION_UUID_LIST | REGION_PRIORITY | (REGION_LOW_PRIORITY if self.priority else 0)
+        sm = 0 if self.sm_limit == 100 else self.sm_limit  # 100 = no limit, stored as 0
+        _HEADER.pack_into(buf, 0, MAGIC, VERSION, HEADER_SIZE, DEVICE_SIZE, SLOT_SIZE,
+                          MAX_DEVICES, MAX_SLOTS, device_count, sm,
+                          COMPUTE_MODES[self.compute_mode], 0, 0, created_unix_s, 0, flags,
+                          REGION_SIZE, *index_limits, 0, 0, 0)
+        for i, (uuid, limit) in enumerate(zip(self.device_uuids, self.limits, strict=True)):
+            _DEVICE.pack_into(buf, DEVICES_OFFSET + i * DEVICE_SIZE, uuid.encode(), limit, 0,
+                              DEVICE_READY, i)
+        return bytes(buf)
+
+    def matches(self, region: Region) -> bool:
+        """The region holds exactly these limits (slots, usage and pid namespace aside)."""
+        return _limits(region) == _limits(Region.parse(self.encode(), path=region.path))
+
+
+def _limits(r: Region) -> tuple[Any, ...]:
+    """What a region caps: everything a tenant could gain by changing it."""
+    return (r.uuid_list, r.sm_limit, r.compute_mode, r.priority, r.index_limits, r.default_limit,
+            r.device_count, tuple((d.uuid, d.limit, d.device_index) for d in r.devices))
 
 
 def library_path() -> Path:

@@ -103,7 +103,8 @@ def answer(backend: Any, libgpuslice: Path, tmp_path: Path) -> alloc.Answer:
     a = alloc.answer(alloc.in_flight([p], NODE, time.time(), 120),
                      alloc.assigned_pods([p], NODE), gpus, "nvidia.com/gpu", [f"{uuid}::0"],
                      layout)
-    regions.prepare(layout.regions_host, a.pod_uid, a.container)
+    regions.place(regions.prepare(layout.regions_host, a.pod_uid, a.container) /
+                  alloc.REGION_FILE, a.region)  # as the agent does at Allocate
     return a
 
 

@@ -7,6 +7,8 @@
  *   [4096, 4096 + 16*512)          struct gs_region_device[GS_REGION_MAX_DEVICES]
  *   [12288, 12288 + 1024*384)      struct gs_region_slot[GS_REGION_MAX_SLOTS]
  *
+ * Created complete by the first process that opens it, or by the node agent at Allocate
+ * (gpuslice.shim.RegionSpec, pid_ns 0: the container's first process claims it).
  * Protocol (no locks a dead process can hold): a process owns one slot (CAS pid 0 -> own pid),
  * publishes pending bytes before allocating, then moves them to used. Totals are derived by
  * summing live slots, so nothing drifts; dead slots are reclaimed by CAS on `state`.
@@ -42,6 +44,8 @@ enum gs_device_state {
 
 /* header flags */
 #define GS_REGION_UUID_LIST 1u /* entries fixed at creation (GPUSLICE_DEVICE_UUIDS): others refused */
+#define GS_REGION_PRIORITY 2u  /* the creator's CUDA_TASK_PRIORITY is recorded (next bit) and wins */
+#define GS_REGION_LOW_PRIORITY 4u /* with GS_REGION_PRIORITY: priority 1 (low), else 0 (high) */
 
 struct gs_region_header {               /* 4096 bytes */
     uint64_t magic;                     /*   0 GS_REGION_MAGIC, written last at creation */
@@ -57,11 +61,11 @@ struct gs_region_header {               /* 4096 bytes */
     uint32_t slot_hwm;                  /*  44 slots ever claimed (scan bound), atomic max */
     uint64_t last_reclaim_ns;           /*  48 CLOCK_MONOTONIC of the last dead-slot sweep */
     uint64_t created_unix_s;            /*  56 creation time (seconds since the epoch) */
-    int32_t creator_pid;                /*  64 */
+    int32_t creator_pid;                /*  64 0 = the node agent */
     uint32_t flags;                     /*  68 GS_REGION_UUID_LIST */
     uint64_t total_size;                /*  72 file size */
     uint64_t index_limit[GS_REGION_MAX_DEVICES]; /* 80 limit by the container's device index */
-    uint64_t pid_ns;                    /* 208 inode of the creator's pid namespace (0 unknown) */
+    uint64_t pid_ns;                    /* 208 pid namespace inode of its users (0: the first claims it) */
     uint64_t default_limit;             /* 216 limit of indexes >= 16 (CUDA_DEVICE_MEMORY_LIMIT) */
     int32_t device_lock;                /* 224 thread id adding a device entry, 0 = none */
     uint8_t reserved[4096 - 228];       /* 228 zero */

@@ -119,11 +119,16 @@ int gs_compute_init(void)
     }
     gs_c.pct = pct;
     gs_c.work_conserving = mode == GS_COMPUTE_WORK_CONSERVING;
-    gs_c.priority = cfg->priority;
+    gs_c.priority = gs_region_priority(cfg->priority); /* the region's wins, as its limit does */
     gs_c.token = gs_compute_random();
     gs_c.boot_id = gs_compute_boot_id();
     gs_c.timens_ns = gs_compute_timens_offset();
     const char *dir = getenv("GPUSLICE_BOARD_DIR");
+    if (cfg->agent_region && dir && *dir) { /* a private board would let a tenant borrow always */
+        GS_WARN("compute: GPUSLICE_BOARD_DIR=%s is ignored: the node agent's region is used and the agent "
+                "gives no board", dir);
+        dir = NULL;
+    }
     if (dir && *dir)
         snprintf(gs_c.board_dir, sizeof gs_c.board_dir, "%s", dir);
     else if (gs_c.work_conserving)

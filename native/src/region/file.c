@@ -93,8 +93,8 @@ out:
     return rc;
 }
 
-void *gs_shared_file_map(const char *path, size_t size, int owner_checked, void (*init)(void *, const void *),
-                         const void *arg, char *why, size_t len, int *created)
+void *gs_shared_file_map_fd(const char *path, size_t size, int owner_checked, void (*init)(void *, const void *),
+                            const void *arg, char *why, size_t len, int *created, int *fd_out)
 {
     *created = 0;
     for (int attempt = 0; attempt < 3; attempt++) {
@@ -114,9 +114,16 @@ void *gs_shared_file_map(const char *path, size_t size, int owner_checked, void 
             map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
             if (map == MAP_FAILED) snprintf(why, len, "mmap: %s", strerror(errno));
         }
-        close(fd); /* the mapping keeps the file */
+        if (fd_out != NULL && map != MAP_FAILED) *fd_out = fd;
+        else close(fd); /* the mapping keeps the file */
         return map == MAP_FAILED ? NULL : map;
     }
     snprintf(why, len, "the file keeps disappearing while it is opened");
     return NULL;
+}
+
+void *gs_shared_file_map(const char *path, size_t size, int owner_checked, void (*init)(void *, const void *),
+                         const void *arg, char *why, size_t len, int *created)
+{
+    return gs_shared_file_map_fd(path, size, owner_checked, init, arg, why, len, created, NULL);
 }

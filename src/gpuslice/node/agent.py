@@ -43,6 +43,7 @@ from gpuslice.node.nvml import GPUBackend
 from gpuslice.node.plugin import DevicePlugin
 from gpuslice.node.settings import NodeConfig
 from gpuslice.node.watchdog import Violation, Watchdog
+from gpuslice.shim import AGENT_REGION
 
 __all__ = ["Agent", "run"]
 
@@ -68,6 +69,11 @@ class Agent:
         lib, preload = install_library(library, state, cfg.container_library_path)
         self.regions_root = state / "regions"
         self.regions_root.mkdir(parents=True, exist_ok=True)
+        if f"{cfg.container_region_dir.rstrip('/')}/{alloc.REGION_FILE}" != AGENT_REGION:
+            log.warning("containerRegionDir %s is not where the library looks for the agent's "
+                        "region (%s): containers then find their region through their env, "
+                        "which a tenant can override (docs/shim.md, Threat model)",
+                        cfg.container_region_dir, AGENT_REGION)
         self.layout = alloc.Layout(
             library_host=str(lib), preload_host=str(preload), regions_host=str(self.regions_root),
             library_container=cfg.container_library_path,
@@ -115,7 +121,11 @@ class Agent:
                 if not await self.cluster.refresh():  # the pod may be newer than the store
                     raise
                 a = self._answer(resource, device_ids)
-            regions.prepare(self.regions_root, a.pod_uid, a.container)
+            how = regions.place(regions.prepare(self.regions_root, a.pod_uid, a.container) /
+                                alloc.REGION_FILE, a.region)
+            if how == "replaced":
+                log.warning("the container's region did not hold its assignment's limits; "
+                            "replaced", extra={"pod": a.pod_key, "container": a.container})
         except alloc.AllocateError:
             self.metrics.allocations.labels(resource, "refused").inc()
             raise

@@ -2,8 +2,9 @@
 
 Owns: reading the in-flight pods of this node (handoff.flight_of plus the assignment and the
 pod's request), the checks an answer must pass, and the answer itself: GPUs, the shim env
-(contracts.md), the mounts (library, ld.so.preload, the container's region directory).
-Does not: do I/O (the agent creates the region directory and patches gpuslice.io/allocated),
+(contracts.md), the mounts (library, ld.so.preload, the container's region directory), and the
+region's limits (`Answer.region`, which the agent writes into the container's region).
+Does not: do I/O (the agent creates the region and patches gpuslice.io/allocated),
 or speak gRPC (plugin.py turns an Answer into a ContainerAllocateResponse).
 Invariants: a container gets exactly its assigned GPUs and limits, nothing else; the kubelet's
 device IDs must lie on those GPUs; an assignment is believed only for a pod bound to THIS node,
@@ -24,6 +25,7 @@ from typing import Any
 from gpuslice import codec, dialects, handoff, model
 from gpuslice.allocator.usage import AllocationError, footprint
 from gpuslice.errors import CodecError, GpusliceError, RequestError
+from gpuslice.shim import RegionSpec
 
 __all__ = ["AllocateError", "Answer", "InFlight", "Layout", "Mount", "PodViews", "answer",
            "assigned_pods", "device_gpu", "in_flight", "preferred"]
@@ -74,6 +76,7 @@ class Answer:
     mounts: tuple[Mount, ...]
     cdi_devices: tuple[str, ...]
     region_host_dir: str
+    region: RegionSpec  # the limits the agent writes into the container's region
 
 
 def device_gpu(device_id: str) -> str:
@@ -245,10 +248,15 @@ def _build(flight: handoff.Flight, req: handoff.DeviceRequest, pod: model.PodReq
            slices: Sequence[model.GPUSlice], layout: Layout) -> Answer:
     uuids = tuple(s.uuid for s in slices)
     prio = next((int(s.priority) for s in pod.slices if s.container == req.container), 0)
+    region = RegionSpec(device_uuids=uuids, limits=tuple(s.memory_mib << 20 for s in slices),
+                        sm_limit=max(s.cores for s in slices), compute_mode=layout.compute_mode,
+                        priority=prio)
+    # the same limits as env, for a library that finds no region at its fixed path (a
+    # containerRegionDir other than shim.AGENT_REGION's directory); the region wins otherwise
     envs = {
         "NVIDIA_VISIBLE_DEVICES": "void" if layout.cdi else ",".join(uuids),
         "GPUSLICE_DEVICE_UUIDS": ",".join(uuids),
-        "CUDA_DEVICE_SM_LIMIT": str(max(s.cores for s in slices)),
+        "CUDA_DEVICE_SM_LIMIT": str(region.sm_limit),
         "GPUSLICE_COMPUTE_MODE": layout.compute_mode,
         "CUDA_TASK_PRIORITY": str(prio),
         "CUDA_DEVICE_MEMORY_SHARED_CACHE": f"{layout.region_container_dir}/{REGION_FILE}",
@@ -264,7 +272,7 @@ def _build(flight: handoff.Flight, req: handoff.DeviceRequest, pod: model.PodReq
     return Answer(pod_key=flight.key, pod_uid=flight.uid, container=req.container, gpus=uuids,
                   envs=envs, mounts=mounts,
                   cdi_devices=tuple(f"nvidia.com/gpu={u}" for u in uuids) if layout.cdi else (),
-                  region_host_dir=region_dir)
+                  region_host_dir=region_dir, region=region)
 
 
 def preferred(pods: Sequence[InFlight], resource: str, available: Sequence[str],

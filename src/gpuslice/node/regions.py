@@ -1,9 +1,11 @@
-"""Containers' region directories on the host: made at Allocate, read safely, removed at the end.
+"""Containers' regions on the host: made at Allocate, read safely, removed at the end.
 
-Layout: `<state-dir>/regions/<pod-uid>/<container>/region`. The pod directory is root's (0755);
-the container directory is world-writable with the sticky bit (1777), so every uid of the
-container can create the region (the library makes it 0666) and none can delete another's.
-Owns: `prepare`, `scan`, `remove`, `swap`. Does not: interpret usage (exporter.py,
+Layout: `<state-dir>/regions/<pod-uid>/<container>/region`, directories the agent's (0755).
+At Allocate the agent writes the region itself, complete, with the container's limits
+(shim.RegionSpec), 0666 so that every uid of the container shares it: the library finds it at
+its fixed path (shim.AGENT_REGION, where the container directory is mounted) and its limits win
+over the container's env. Nobody in the container but its root can replace the file.
+Owns: `prepare`, `place`, `scan`, `remove`, `swap`. Does not: interpret usage (exporter.py,
 watchdog.py) or decide which pods are gone (the watchdog asks the cluster view).
 Invariant: the files are the tenant's, so they are never trusted: directories are walked
 without following symlinks, and files read with shim.Region.read (no symlink, no FIFO, a
@@ -17,15 +19,16 @@ import contextlib
 import os
 import shutil
 import stat
+import time
 import uuid as uuidlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuslice.errors import ShimError
 from gpuslice.node.allocate import REGION_FILE
-from gpuslice.shim import Region
+from gpuslice.shim import Region, RegionSpec
 
-__all__ = ["ContainerRegion", "prepare", "remove", "scan", "swap"]
+__all__ = ["ContainerRegion", "place", "prepare", "remove", "scan", "swap"]
 
 
 @dataclass(frozen=True)
@@ -41,14 +44,46 @@ def prepare(root: str | Path, pod_uid: str, container: str) -> Path:
     """Create (or keep) the container's region directory; refuses a symlink in the way."""
     pod_dir = Path(root) / pod_uid
     d = pod_dir / container
-    for p, mode in ((Path(root), 0o755), (pod_dir, 0o755), (d, 0o1777)):
+    for p in (Path(root), pod_dir, d):
         with contextlib.suppress(FileExistsError):
-            os.mkdir(p, mode)
+            os.mkdir(p, 0o755)
         st = os.lstat(p)
         if not stat.S_ISDIR(st.st_mode):
             raise OSError(f"{p}: exists and is not a directory; remove it")
-        os.chmod(p, mode)  # mkdir's mode is cut by the umask
+        os.chmod(p, 0o755)  # mkdir's mode is cut by the umask; older agents made 1777
     return d
+
+
+def place(path: Path, spec: RegionSpec) -> str:
+    """Make `path` the region of `spec`: "kept" if a region with exactly these limits is there
+    (ours, 0666: a restarted container keeps its region and usage), else written complete under
+    a temporary name and renamed into place ("created" or "replaced": a region the container's
+    env made, or one it tampered with, never survives an Allocate). Never truncates a file."""
+    existed = os.path.lexists(path)
+    try:
+        st = os.lstat(path)
+        if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o666 and \
+                spec.matches(Region.read(path, check_alive=False)):
+            return "kept"
+    except (OSError, ShimError):
+        pass  # missing, unreadable or foreign: write ours
+    data = spec.encode(created_unix_s=int(time.time()))
+    tmp = path.with_name(f".{path.name}.agent-{uuidlib.uuid4().hex}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.pwrite(fd, data[8:], 8)
+            os.pwrite(fd, data[:8], 0)  # the magic last, as the library writes it
+            os.fchmod(fd, 0o666)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return "replaced" if existed else "created"
 
 
 def scan(root: str | Path) -> list[ContainerRegion]:

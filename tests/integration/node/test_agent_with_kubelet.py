@@ -14,6 +14,7 @@ from gpuslice import codec, handoff
 from gpuslice.kube.client import dict_view
 from gpuslice.node.agent import Agent
 from gpuslice.node.nvml import FakeBackend
+from gpuslice.shim import Region
 from kubelet.emulator import AdmissionError, env_of, mounts_of
 from kubelet.nodeharness import create, wait_for
 from kubelet.pods import NODE, container, gpu, pod
@@ -88,7 +89,13 @@ async def test_interleaved_pods_each_get_their_own_assignment_and_are_marked_all
     assert env_of(got_a["main"])["NVIDIA_VISIBLE_DEVICES"] == gpu(0)
     region = node.state / "regions" / a["metadata"]["uid"] / "main"
     assert ("/var/run/gpuslice", str(region), False) in mounts_of(got_a["main"])
-    assert region.is_dir() and (region.stat().st_mode & 0o7777) == 0o1777
+    assert region.is_dir() and (region.stat().st_mode & 0o7777) == 0o755
+    # Allocate wrote each container's region with its assignment's limits (they win over env)
+    x = Region.read(node.state / "regions" / b["metadata"]["uid"] / "x" / "region")
+    assert [(d.uuid, d.limit) for d in x.devices if d.uuid] == [(gpu(1), 2000 << 20),
+                                                                 (gpu(0), 2000 << 20)]
+    assert Region.read(node.state / "regions" / c["metadata"]["uid"] / "main" / "region"
+                       ).sm_limit == 50
 
     async def allocated(name, want):
         p = await node.client.get(dict_view(Pod), name, namespace="default")

@@ -1,6 +1,6 @@
-"""The exporter and the watchdog read regions the real libgpuslice wrote (over the fake
-driver), labelled with the pod that owns them; regions a tenant tampered with never hang or
-crash a scrape."""
+"""The exporter and the watchdog read regions the node agent created and the real libgpuslice
+uses (over the fake driver), labelled with the pod that owns them; regions a tenant tampered
+with never hang or crash a scrape."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from gpuslice.node.exporter import AgentMetrics, UsageCollector
 from gpuslice.node.nvml import FakeBackend
 from gpuslice.node.settings import WatchdogConfig
 from gpuslice.node.watchdog import Watchdog
+from gpuslice.shim import RegionSpec
 
 FAKE_GPU = "GPU-face0000-0000-0000-0000-000000000000"  # the fake driver's device 0
 UID = "0b6a1f9e-1111-4222-8333-444455556666"
@@ -70,8 +71,9 @@ def _assignments() -> dict[str, model.PodAssignment]:
 def test_usage_written_by_the_library_is_exported_per_container_and_gpu(binaries, tmp_path):
     root = tmp_path / "regions"
     d = regions.prepare(root, UID, "main")
+    regions.place(d / "region", RegionSpec((FAKE_GPU,), (64 * MiB,)))  # as Allocate writes it
     gs = Harness(binaries, tmp_path)
-    proc = gs.spawn("init", "ctx", 0, "alloc", 48 * MiB, "hold", limit="64Mi",
+    proc = gs.spawn("init", "ctx", 0, "alloc", 48 * MiB, "hold", limit="1Ti",  # the region wins
                     region=d / "region", extra={"GPUSLICE_DEVICE_UUIDS": FAKE_GPU})
     try:
         assert read_line(proc, "alloc").rc == 0

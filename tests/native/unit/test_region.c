@@ -292,27 +292,41 @@ static void test_with_a_uuid_list_other_gpus_are_refused(const char *dir)
            WEXITSTATUS(status));
 }
 
-static void test_a_region_of_another_pid_namespace_is_refused(const char *dir)
+static void test_a_region_of_another_pid_namespace_is_refused_while_used_then_taken_over(const char *dir)
 {
-    char path[512];
+    char path[512], b = 0;
     snprintf(path, sizeof path, "%s/otherns.region", dir);
-    pid_t kid = fork();
-    if (kid == 0) {
+    int ready[2], done[2];
+    if (pipe(ready) != 0 || pipe(done) != 0) return;
+    pid_t holder = fork();
+    if (holder == 0) { /* a live process of "another pid namespace": it has the region open */
         struct gs_config c = cfg_with(path, 1 * MiB);
-        _exit(gs_region_open(&c) == 0 ? 0 : 1);
+        b = gs_region_open(&c) == 0 && gs_region_self() != NULL ? 'y' : 'n';
+        __atomic_store_n(&gs_region()->pid_ns, 12345, __ATOMIC_RELEASE);
+        if (write(ready[1], &b, 1) != 1 || read(done[0], &b, 1) != 1) _exit(1);
+        _exit(0);
     }
-    waitpid(kid, NULL, 0);
-    FILE *f = fopen(path, "r+");
-    uint64_t other_ns = 12345;
-    if (f) {
-        fseek(f, offsetof(struct gs_region_header, pid_ns), SEEK_SET);
-        fwrite(&other_ns, sizeof other_ns, 1, f);
-        fclose(f);
-    }
+    if (read(ready[0], &b, 1) != 1) b = 0;
     struct gs_region_header *before = gs_region();
     struct gs_config c = cfg_with(path, 1 * MiB);
-    EXPECT(gs_region_open(&c) != 0, "a region whose pids belong to another namespace is not used");
+    EXPECT(b == 'y' && gs_region_open(&c) != 0, "a region live processes of another namespace use is not used");
     EXPECT(gs_region() == before, "the open region is kept");
+    if (write(done[1], "x", 1) != 1) return;
+    waitpid(holder, NULL, 0);
+    pid_t kid = fork();
+    if (kid == 0) { /* nobody uses it any more: a restarted container's first process */
+        int ok = gs_region_open(&c) == 0 && gs_region()->pid_ns != 12345 && gs_region()->slot_hwm == 0 &&
+                 gs_region_slot_at(0)->pid == 0;
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(kid, &status, 0);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "once its processes are gone, the region is taken over by this namespace with its slots cleared");
+    close(ready[0]);
+    close(ready[1]);
+    close(done[0]);
+    close(done[1]);
 }
 
 static void test_refusals_with_every_slot_taken_do_not_sweep_each_time(void)
@@ -359,7 +373,7 @@ int main(int argc, char **argv)
     test_processes_adding_one_gpu_at_once_make_one_entry();
     test_ordinals_past_16_are_capped_and_a_full_table_fails_closed();
     test_with_a_uuid_list_other_gpus_are_refused(dir);
-    test_a_region_of_another_pid_namespace_is_refused(dir);
+    test_a_region_of_another_pid_namespace_is_refused_while_used_then_taken_over(dir);
     test_refusals_with_every_slot_taken_do_not_sweep_each_time();
     return check_report(__FILE__);
 }

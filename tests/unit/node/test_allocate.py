@@ -14,6 +14,7 @@ from gpuslice.node.allocate import (
     in_flight,
     preferred,
 )
+from gpuslice.shim import RegionSpec
 from kubelet.pods import NODE, container, gpu, pod
 
 NOW = 1_800_000_000.0
@@ -41,6 +42,9 @@ def test_a_container_gets_its_gpus_limits_in_device_order_and_the_three_mounts()
         "CUDA_DEVICE_SM_LIMIT": "30", "GPUSLICE_COMPUTE_MODE": "hard", "CUDA_TASK_PRIORITY": "1",
         "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/var/run/gpuslice/region"}
     assert a.region_host_dir == "/var/lib/gpuslice/regions/uid-p/main"
+    assert a.region == RegionSpec(device_uuids=(gpu(2), gpu(0)), limits=(4096 << 20,) * 2,
+                                  sm_limit=30, compute_mode="hard", priority=1), (
+        "the region the agent writes holds the same limits as the env")
     assert {(m.container_path, m.host_path, m.read_only) for m in a.mounts} == {
         ("/usr/local/gpuslice/lib/libgpuslice.so", LAYOUT.library_host, True),
         ("/etc/ld.so.preload", LAYOUT.preload_host, True),
