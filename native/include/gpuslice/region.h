@@ -62,7 +62,7 @@ struct gs_region_header {               /* 4096 bytes */
     uint64_t last_reclaim_ns;           /*  48 CLOCK_MONOTONIC of the last dead-slot sweep */
     uint64_t created_unix_s;            /*  56 creation time (seconds since the epoch) */
     int32_t creator_pid;                /*  64 0 = the node agent */
-    uint32_t flags;                     /*  68 GS_REGION_UUID_LIST */
+    uint32_t flags;                     /*  68 GS_REGION_UUID_LIST, GS_REGION_PRIORITY, GS_REGION_LOW_PRIORITY */
     uint64_t total_size;                /*  72 file size */
     uint64_t index_limit[GS_REGION_MAX_DEVICES]; /* 80 limit by the container's device index */
     uint64_t pid_ns;                    /* 208 pid namespace inode of its users (0: the first claims it) */

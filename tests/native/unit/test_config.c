@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "config.h"
@@ -196,6 +197,26 @@ static void test_known_names_and_other_prefixes_pass_the_name_check(void)
     EXPECT(c.valid, "known names and names of other prefixes are fine, got '%s'", c.error);
 }
 
+static void test_the_agents_region_outranks_the_env_path_and_env_limits(void)
+{
+    struct gs_config c;
+    env_n = 0;
+    env_set("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/mine");
+    gs_config_parse(&c, env_get);
+    EXPECT(gs_config_agent_region(&c, "/nonexistent/gpuslice/region") == 0 && !c.agent_region &&
+           !c.mem_limited && strcmp(c.region_path, "/tmp/mine") == 0,
+           "without the agent's region the env's path and (no) limits stay");
+    char path[] = "/tmp/gs-agent-region-XXXXXX";
+    int fd = mkstemp(path);
+    EXPECT(fd >= 0 && gs_config_agent_region(&c, path) == 1 && c.agent_region && c.mem_limited &&
+           strcmp(c.region_path, path) == 0,
+           "the agent's region is the region, and memory is capped (its limits) though env sets none");
+    if (fd >= 0) {
+        close(fd);
+        unlink(path);
+    }
+}
+
 int main(void)
 {
     test_sizes_follow_the_shared_grammar();
@@ -206,5 +227,6 @@ int main(void)
     test_invalid_values_make_the_config_invalid_with_the_name_and_fix();
     test_unrecognised_limit_and_gpuslice_names_are_errors_naming_the_variable();
     test_known_names_and_other_prefixes_pass_the_name_check();
+    test_the_agents_region_outranks_the_env_path_and_env_limits();
     return check_report(__FILE__);
 }

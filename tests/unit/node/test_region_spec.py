@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpuslice.errors import ShimError
-from gpuslice.shim import MAGIC, REGION_SIZE, VERSION, Region, RegionSpec
+from gpuslice.node.settings import NodeConfig
+from gpuslice.shim import AGENT_REGION, MAGIC, REGION_SIZE, VERSION, Region, RegionSpec
 
 GPU_A = "GPU-0a000000-0000-0000-0000-000000000000"
 GPU_B = "GPU-0b000000-0000-0000-0000-000000000000"
@@ -56,3 +57,10 @@ def test_a_region_of_an_older_library_records_no_priority():
     data = bytearray(RegionSpec((GPU_A,), (1 << 30,), priority=1).encode())
     struct.pack_into("<I", data, 68, 1)  # flags: the uuid list only, as before priorities
     assert Region.parse(bytes(data), path=Path("r")).priority is None
+
+
+def test_the_agent_mounts_the_region_where_the_library_looks_for_it():
+    header = (Path(__file__).resolve().parents[3] / "native/src/config.h").read_text()
+    assert f'#define GS_AGENT_REGION "{AGENT_REGION}"' in header, "shim.AGENT_REGION mirrors it"
+    assert f"{NodeConfig().container_region_dir}/region" == AGENT_REGION, (
+        "the default containerRegionDir puts the region at the library's fixed path")
