@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import msgspec
 
 from . import scheduler_filters as filters
 from .scheduler_extender import ExtenderClient, ExtenderError
@@ -193,7 +193,7 @@ class SchedulerDriver:
                 total=None, sock_connect=30)) as reply:
             reply.raise_for_status()
             async for line in _lines(reply):
-                event = json.loads(line)
+                event = msgspec.json.decode(line)
                 if event["type"] == "ERROR":
                     return ""
                 rv = event["object"]["metadata"]["resourceVersion"]
@@ -422,7 +422,7 @@ class SchedulerDriver:
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with self._api.patch(
                     f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
-                    data=json.dumps({"status": {"conditions": [condition]}}).encode(),
+                    data=msgspec.json.encode({"status": {"conditions": [condition]}}),
                     headers={"Content-Type": "application/strategic-merge-patch+json"}):
                 pass
 

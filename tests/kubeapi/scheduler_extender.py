@@ -10,12 +10,12 @@ Tests: tests/integration/kubeapi/test_scheduler_driver_speaks_the_extender_wire.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
+import msgspec
 
 Obj = dict[str, Any]
 GO_HEADERS = {"User-Agent": "Go-http-client/1.1", "Content-Type": "application/json",
@@ -82,7 +82,7 @@ class ExtenderClient:
         url = f"{self.url_prefix}/{verb}"
         start = time.perf_counter()
         try:
-            async with self._session.post(url, data=json.dumps(body).encode()) as reply:
+            async with self._session.post(url, data=msgspec.json.encode(body)) as reply:
                 if reply.status != 200:
                     raise ExtenderError(f"failed {verb} with extender at URL {url}, code "
                                         f"{reply.status}")
@@ -98,8 +98,8 @@ class ExtenderClient:
         finally:
             self.latencies.setdefault(verb, []).append(time.perf_counter() - start)
         try:
-            return json.loads(raw)
-        except ValueError as e:
+            return msgspec.json.decode(raw)
+        except msgspec.DecodeError as e:
             raise ExtenderError(f"{verb}: extender reply is not JSON: {e}") from None
 
 
