@@ -3,7 +3,8 @@
 Owns: construction from the config (backend, health, cluster view, inventory, plugins, kubelet
 link, exporter, watchdog, verification), the loops that drive them, installing the library
 into `<state-dir>/lib` (with the ld.so.preload that loads it), the Allocate path (answer from
-the pod store; on a miss, list the pods once more and retry), and SIGTERM/SIGINT handling.
+the pod store; on a miss, list the pods once more and retry; then write the container's region
+with its limits, regions.place), and SIGTERM/SIGINT handling.
 Does not: hold any logic of its own beyond wiring; each decision lives in its module.
 Invariants: the kubelet is served whatever the API server does; a stop closes the plugin
 sockets, flushes events and leaves regions in place (containers keep running).
