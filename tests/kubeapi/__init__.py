@@ -13,8 +13,8 @@ Open first: fixtures.py (what a test gets), then server.py.
   protobuf.py         kubectl's protobuf bodies (namespace, configmap, secret)
   raw.py              raw HTTP helpers for tests;  __main__.py  `python -m kubeapi`
   bench.py            the server's CPU per pod (docs/benchmarks.md)
-  scheduler_driver.py plays kube-scheduler against an extender (scheduler_filters.py: its
-                      own filters and messages)
+  scheduler_driver.py plays kube-scheduler against an extender; its parts:
+                      scheduler_queue.py, scheduler_filters.py, scheduler_extender.py
 Tests: tests/integration/kubeapi/"""
 
 from .faults import DUPLICATE_EVENTS, REORDERED_EVENTS, Faults

@@ -1,8 +1,9 @@
 """pytest fixtures: one Kubernetes API for a test, in-process or real, behind one interface.
 Owns: `kube_api` (a KubeApi: backend name, URL, kubeconfig, lightkube client factories,
-kubectl, faults) and the choice of backend: the in-process server (default; a fresh one per
-test), or, when KUBEBUILDER_ASSETS names a folder with `etcd` and `kube-apiserver`, a real
-control plane started once per session (envtest.py) and emptied between tests.
+kubectl, faults), `raw` (raw.py over it), `kube_control_plane`, and the choice of backend:
+the in-process server (default; a fresh one per test), or, when KUBEBUILDER_ASSETS names a
+folder with `etcd` and `kube-apiserver`, a real control plane started once per session
+(envtest.py) and emptied between tests.
 Tests that need faults call `kube_api.need_faults()`: on a real server they skip, with why.
 Per-test settings of the in-process server: parametrize `kube_api` indirectly with a dict
 (`history`, `bookmark_interval`, `watch_timeout`); a real server ignores them.

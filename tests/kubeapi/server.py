@@ -1,7 +1,8 @@
 """The in-process Kubernetes API server: app.py + store.py on a background thread.
 Owns: its own event loop thread (so sync code, subprocesses such as kubectl, and async tests
 on any loop all use it), loopback HTTP and HTTPS listeners on random ports, a private CA and
-an admin kubeconfig, and `call()` to run code against the store on its loop.
+an admin kubeconfig, `call()` to run code against the store on its loop, and spawn(): the
+same server as a child process (`python -m kubeapi`), for benchmarks.
 Does not: implement API semantics (app.py, store.py, objects.py).
 On failure to start: raises with the cause; `stop()` ends open watches first, so it is fast.
 Tests: tests/integration/kubeapi/ (every test there runs against it by default)"""
