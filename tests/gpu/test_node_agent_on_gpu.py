@@ -2,8 +2,8 @@
 exporter against NVML, and the watchdog catching a process that runs without the library.
 
 The Allocate answer is computed for a test pod by the agent's own code (node.allocate, with
-the library installed by node.agent.install_library and the region directory made by
-node.regions.prepare), then used as a PyTorch process's environment; the container mounts are
+the library installed by node.agent.install_library and the region written by
+node.regions.place), then used as a PyTorch process's environment; the container mounts are
 simulated: `/etc/ld.so.preload` -> LD_PRELOAD of the installed library, the region directory
 mount -> CUDA_DEVICE_MEMORY_SHARED_CACHE pointing at the host directory. No kubelet, no API
 server: those paths are covered without a GPU (tests/integration/node/).
