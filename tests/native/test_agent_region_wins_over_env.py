@@ -38,7 +38,8 @@ SPEC = RegionSpec(device_uuids=(GPU0,), limits=(64 * MiB,), sm_limit=30, compute
 # the tenant's own env, applied by the kubelet after the agent's: every way to gain it has
 TENANT = {"CUDA_DEVICE_MEMORY_LIMIT_0": "1Ti", "CUDA_DEVICE_MEMORY_LIMIT": "1Ti",
           "CUDA_DEVICE_SM_LIMIT": "0", "CUDA_TASK_PRIORITY": "0",
-          "GPUSLICE_COMPUTE_MODE": "work-conserving", "LIBCUDA_LOG_LEVEL": "2"}
+          "GPUSLICE_COMPUTE_MODE": "work-conserving", "GPUSLICE_BOARD_DIR": "/tmp/own-board",
+          "LIBCUDA_LOG_LEVEL": "2"}
 # mount what the kubelet mounts, then run the command (as $GS_USER when set)
 _MOUNT = ('mount -t tmpfs none /run && mkdir -p {dir} && mount --bind "$0" {dir} && '
           'if [ -n "$GS_USER" ]; then exec setpriv --reuid "$GS_USER" --regid "$GS_USER" '
@@ -120,7 +121,8 @@ def test_the_agents_limits_cap_the_container_whatever_its_env_says(gs: Harness, 
     log = "\n".join(res.log_lines())
     assert "CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/elsewhere.region is ignored" in log, log
     # compute: the region's 30 %, hard mode and low priority, not the env's none/work-conserving/0
-    assert "compute: limit 30% of GPU time, hard mode, priority 1" in log, log
+    assert "compute: limit 30% of GPU time, hard mode, priority 1, board (none)" in log, log
+    assert "GPUSLICE_BOARD_DIR=/tmp/own-board is ignored" in log, "a private board never counts"
 
 
 def test_an_env_that_unsets_every_limit_still_gets_the_agents_cap(gs: Harness, node: Path) -> None:
