@@ -89,7 +89,7 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
                                                           metadata=args.Nodes.metadata),
                                       FailedNodes=reply.FailedNodes,
                                       FailedAndUnresolvableNodes=reply.FailedAndUnresolvableNodes)
-        elif not reply.NodeNames and names:
+        elif not reply.NodeNames and names:  # (full Nodes come from simulations: no event)
             top = Counter(verdict.failed[n].reason for n in names).most_common(1)[0][0]
             metrics.refused.labels("waiting for an in-flight pod"
                                    if top.startswith("waiting for pod") else top).inc()
