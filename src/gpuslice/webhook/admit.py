@@ -219,7 +219,8 @@ def _env_ops(key: str, i: int, c: Mapping[str, Any]) -> list[dict[str, Any]]:
             if path else {"name": n, "value": c["name"]} for n, path in IDENTITY_ENV]
     names = {n for n, _ in IDENTITY_ENV}
     kept = [e for e in c.get("env") or ()
-            if not (isinstance(e, Mapping) and e.get("name") in names)]
+            if not (isinstance(e, Mapping) and isinstance(e.get("name"), str)
+                    and e["name"] in names)]
     if c.get("env") == ours + kept:
         return []  # already admitted once (reinvocation): nothing to change
     return [{"op": "add", "path": pointer("spec", key, i, "env"), "value": ours + kept}]

@@ -227,3 +227,12 @@ def test_garbage_anywhere_gives_a_decision_never_an_exception(pod):
     assert decision.result in Result
     if decision.result is Result.PATCHED:
         apply_patch(pod, decision.patch)
+
+
+def test_an_env_entry_whose_name_is_not_a_string_is_no_crash():
+    """Found by the fuzz test above: `{"name": []}` in env raised TypeError (unhashable)."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team"},
+           "spec": {"containers": [{"name": "c", "image": "registry.invalid/app",
+                                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                                    "env": [{"name": []}]}]}}
+    assert decide(pod).result in Result
