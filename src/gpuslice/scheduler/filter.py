@@ -104,8 +104,9 @@ class Evaluator:
         key = (meta.get("uid"), meta.get("resourceVersion"), self.state.generation)
         now = time.monotonic()
         last = self._last
-        if last is not None and last[0] == key and now - last[1] < _CACHE_S \
-                and all(n in last[2].fits or n in last[2].failed for n in names):
+        if last is not None and last[0] == key and now - last[1] < _CACHE_S and (
+                all(map(last[2].fits.__contains__, names))  # prioritize: the names that passed
+                or all(n in last[2].fits or n in last[2].failed for n in names)):
             return last[2]
         req = self.request(pod)
         cluster = self.state.cluster
@@ -116,9 +117,8 @@ class Evaluator:
                                                    if self.state.has_inventory(n)])
         fits = fr.fits  # fresh dicts: ours to change
         failed: dict[str, Refused] = fr.failed  # type: ignore[assignment]
-        for n in names:
-            if n not in fits and n not in failed:  # the GPU inventory does not know it
-                failed[n] = no_inventory(n)
+        for n in [n for n in names if n not in fits and n not in failed]:
+            failed[n] = no_inventory(n)  # the GPU inventory does not know it
         verdict = Verdict(req, fits, failed)
         self._hand_off(pod, verdict, cached=True)
         self._last = (key, now, verdict)
@@ -204,13 +204,11 @@ class Evaluator:
 def filter_reply(v: Verdict, names: list[str]) -> wire.FilterResult:
     """The reply for NodeNames (names in request order); the route swaps in Nodes if needed."""
     fits, refused = v.fits, v.failed
-    passed: list[str] = []
+    passed = [n for n in names if n in fits]  # runs for every node on every scheduling attempt
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
-    for n in names:  # one pass: this runs for every node on every scheduling attempt
-        if n in fits:
-            passed.append(n)
-        else:
+    if len(passed) < len(names):
+        for n in [n for n in names if n not in fits]:
             r = refused[n]
             (failed if r.resolvable else unresolvable)[n] = r.reason
     return wire.FilterResult(NodeNames=passed, FailedNodes=failed,
