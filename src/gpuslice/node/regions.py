@@ -26,7 +26,7 @@ from pathlib import Path
 
 from gpuslice.errors import ShimError
 from gpuslice.node.allocate import REGION_FILE
-from gpuslice.shim import Region, RegionSpec
+from gpuslice.shim import SLOTS_OFFSET, Region, RegionSpec
 
 __all__ = ["ContainerRegion", "place", "prepare", "remove", "scan", "swap"]
 
@@ -71,11 +71,11 @@ def place(path: Path, spec: RegionSpec) -> str:
     tmp = path.with_name(f".{path.name}.agent-{uuidlib.uuid4().hex}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        try:
-            os.pwrite(fd, data[8:], 8)
+        try:  # no fsync: a region a crash leaves half-written matches nothing and is replaced
+            os.ftruncate(fd, len(data))  # the slots stay a hole of zeros, as the library has them
+            os.pwrite(fd, data[8:SLOTS_OFFSET], 8)
             os.pwrite(fd, data[:8], 0)  # the magic last, as the library writes it
             os.fchmod(fd, 0o666)
-            os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
