@@ -160,7 +160,7 @@ class Extender:
             for task in done:
                 if task in self._tasks and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]  # e.g. a bad selector
-            log.info("stopping: signal received")
+            log.info("stopping: %s", "signal received" if stop.is_set() else "a task ended")
         finally:
             await self.stop()
 
@@ -186,4 +186,11 @@ def serve(config_path: str | None, **flags: Any) -> None:
     cfg = config.load(config_path, **flags)
     ops.setup_logging(cfg.log_level)
     client = make_client(cfg.kubeconfig, timeout_s=cfg.api_timeout_seconds)
-    asyncio.run(Extender(cfg, client).run())
+
+    async def main() -> None:
+        try:
+            await Extender(cfg, client).run()
+        finally:
+            await client.close()
+
+    asyncio.run(main())
