@@ -36,7 +36,10 @@ class LeaderElection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, f
         default=15, name="leaseSeconds")
     renew_deadline_seconds: _Seconds = msgspec.field(default=10.0, name="renewDeadlineSeconds")
     retry_period_seconds: _Seconds = msgspec.field(default=2.0, name="retryPeriodSeconds")
-    identity: str = ""  # default: the pod's hostname + a random suffix
+    identity: str = ""  # "" = hostname + a random suffix (follow: the hostname to match)
+    # true: do not campaign; lead while kube-scheduler in this pod holds the Lease named above
+    # (its resourceName/resourceNamespace): the two must lead together (scheduler/follow.py)
+    follow: bool = False
 
     def __post_init__(self) -> None:
         if not (self.retry_period_seconds < self.renew_deadline_seconds < self.lease_seconds):

@@ -33,6 +33,7 @@ from gpuslice.scheduler import app as routes
 from gpuslice.scheduler.bind import Binder
 from gpuslice.scheduler.config import SchedulerConfig
 from gpuslice.scheduler.filter import Evaluator
+from gpuslice.scheduler.follow import LeaseFollower
 from gpuslice.scheduler.metrics import Metrics
 from gpuslice.scheduler.state import ExtenderState, trim_node, trim_pod
 
@@ -67,10 +68,14 @@ class Extender:
         self.port: int | None = None
         self.metrics_port: int | None = None
 
-    def _elector(self) -> LeaderElector | None:
+    def _elector(self) -> LeaderElector | LeaseFollower | None:
         le = self.cfg.leader_election
         if not le.enabled:
             return None
+        if le.follow:
+            return LeaseFollower(self.client, le.lease_name, le.lease_namespace,
+                                 host=le.identity or None,
+                                 retry_period_s=le.retry_period_seconds)
         return LeaderElector(self.client, le.lease_name, le.lease_namespace,
                              identity=le.identity or None, lease_duration_s=le.lease_seconds,
                              renew_deadline_s=le.renew_deadline_seconds,

@@ -45,3 +45,49 @@ async def test_only_the_leader_binds_and_the_other_takes_over_when_it_stops(kube
         assert await follower.place("second", ["gpu-1"]) == "gpu-1"
         assert follower.ext.state.held("default/first") is not None, \
             "the new leader knows what the old one placed"
+
+
+async def test_with_follow_the_extender_leads_exactly_where_kube_scheduler_does(kube_api):
+    """kube-scheduler calls the extender in its own pod: they must lead together."""
+    from datetime import UTC, datetime
+
+    from lightkube.resources.coordination_v1 import Lease
+
+    from gpuslice.kube.client import dict_view
+
+    admin = kube_api.async_client()
+    await create(admin, node_obj("gpu-1"))
+    await create(admin, pod_obj("p"))
+
+    def now() -> str:
+        return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    async def held_by(holder: str) -> None:  # what kube-scheduler's elector writes
+        body = {"spec": {"holderIdentity": holder, "leaseDurationSeconds": 2,
+                         "renewTime": now()}}
+        await admin.patch(dict_view(Lease), "kube-sched", body, namespace="default")
+
+    await admin.create(dict_view(Lease)({"apiVersion": "coordination.k8s.io/v1",
+                                         "kind": "Lease", "metadata": {
+                                             "name": "kube-sched", "namespace": "default"},
+                                         "spec": {"holderIdentity": "pod-a_1234",
+                                                  "leaseDurationSeconds": 2,
+                                                  "renewTime": now()}}))
+
+    def follow(host: str) -> dict:
+        return {"leader_election": LeaderElection(
+            follow=True, lease_name="kube-sched", lease_namespace="default", identity=host,
+            lease_seconds=3, renew_deadline_seconds=2, retry_period_seconds=0.2)}
+
+    async with Running(kube_api, **follow("pod-a")) as a, \
+            Running(kube_api, **follow("pod-b")) as b:
+        await wait_for(a.ext.is_leader, "pod-a's extender to lead with its kube-scheduler")
+        assert not b.ext.is_leader()
+        await wait_for(lambda: b.ext.state.pod("default/p") is not None, "cache")
+        assert await b.bind("p", "gpu-1") == NOT_LEADER
+
+        await held_by("pod-b_5678")  # kube-scheduler fails over to pod-b
+        await wait_for(b.ext.is_leader, "pod-b's extender to follow")
+        await wait_for(lambda: not a.ext.is_leader(), "pod-a's extender to step down")
+        assert await b.bind("p", "gpu-1") == ""
+        await wait_for(lambda: not b.ext.is_leader(), "no renewal: not leading", timeout=5)

@@ -29,10 +29,16 @@ def test_the_extender_manages_every_dialect_resource_and_the_scheduler_counts_de
         "the node agent advertises device resources: kube-scheduler must count them"
 
 
-def test_the_example_extender_config_loads_and_kube_scheduler_calls_it_on_loopback():
+def test_the_example_extender_config_loads_and_leads_with_its_kube_scheduler():
     cfg = config.load(str(DEPLOY / "scheduler-config.yaml"))
-    assert msgspec.structs.replace(cfg, metrics_address="") == config.load(None), \
-        "the example shows every default, plus the metrics listener"
+    default = config.load(None)
+    assert msgspec.structs.replace(cfg, metrics_address="", leader_election=default.
+                                   leader_election) == default, \
+        "the example shows every default, plus the metrics listener and the Lease it follows"
     doc = yaml.safe_load((DEPLOY / "kube-scheduler-config.yaml").read_text())
     assert doc["extenders"][0]["urlPrefix"] == f"http://{cfg.address}:{cfg.port}"
     assert cfg.address == "127.0.0.1", "bind has no authentication: loopback only"
+    le = cfg.leader_election
+    assert le.follow and (le.lease_name, le.lease_namespace) == (
+        doc["leaderElection"]["resourceName"], doc["leaderElection"]["resourceNamespace"]), \
+        "the extender that binds must be the one its leading kube-scheduler calls"
