@@ -1,8 +1,8 @@
 """The extender's Prometheus metrics, in its own registry (served at /metrics by ops.py).
 
-Owns: request latency per verb, pods placed, pods refused by reason, bind failures, and the
-per-GPU allocation (memory, cores, slices) read from the state at scrape time (a collector:
-40,000 GPUs cost nothing between scrapes).
+Owns: request latency per verb, pods placed, pods refused by reason, bind failures, leadership,
+and the per-GPU allocation (memory, cores, slices) read from the state at scrape time (a
+collector: 40,000 GPUs cost nothing between scrapes).
 Tests: tests/unit/scheduler/test_app.py
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -55,4 +55,7 @@ class Metrics:
                                ["reason"], registry=self.registry)
         self.bind_failed = Counter("gpuslice_scheduler_bind_failures",
                                    "bind calls answered with an error", registry=self.registry)
+        self.leader = Gauge("gpuslice_scheduler_leader",
+                            "1 on the replica that binds (holds or follows the Lease), else 0",
+                            registry=self.registry)
         self.registry.register(_Allocation(state))

@@ -1,9 +1,10 @@
 """The running extender: client, the two informers, leader election, the sweeper and HTTP.
 
 Owns: wiring the parts (ExtenderState fed by a Node informer and a managed-Pod informer through
-the trimmers; Evaluator, Binder, Metrics, routes), readiness (both caches synced, and this
-replica the leader: a follower answers filter/prioritize if asked but refuses bind, and its
-/readyz keeps a Service from sending kube-scheduler to it), and `serve` for the CLI.
+the trimmers; Evaluator, Binder, Metrics, routes), readiness (both caches synced; leadership is
+not part of it: a follower is ready for its role, answering filter/prioritize and refusing bind,
+and a readiness that waited for the Lease would never let a rolling update finish; the
+`gpuslice_scheduler_leader` gauge says which replica leads), and `serve` for the CLI.
 Does not: decide placement or write the API itself (bind.py does).
 Failure: configuration and API-access problems raise ConfigError / EnvironmentProblem before
 anything listens; watch failures are the informers' (back-off, relist), never fatal.
@@ -57,6 +58,7 @@ class Extender:
         self.binder = Binder(client, self.evaluator, self.recorder, attempts=cfg.bind_attempts,
                              clock=clock)
         self.metrics = Metrics(self.state)
+        self.metrics.leader.set_function(lambda: float(self.is_leader()))
         self.nodes: Informer[Any] = Informer(client, Node, trim=trim_node,
                                              handler=self._node_changed)
         self.pods: Informer[Any] = Informer(client, Pod, labels={handoff.MANAGED_LABEL: "true"},
@@ -92,16 +94,9 @@ class Extender:
                     "not synced yet; kube-scheduler will retry")
         return None
 
-    def ready(self) -> str | None:
-        not_yet = self.starting()
-        if not_yet is not None:
-            return not_yet
-        if not self.is_leader():
-            return "not the leader (a follower does not bind)"
-        return None
 
     def app(self) -> web.Application:
-        return routes.make_app(self.evaluator, self.binder, self.metrics, ready=self.ready,
+        return routes.make_app(self.evaluator, self.binder, self.metrics, ready=self.starting,
                                is_leader=self.is_leader, recorder=self.recorder,
                                starting=self.starting)
 
@@ -118,7 +113,7 @@ class Extender:
         self.port = await self._listen(self._runner, host, port, "--port")
         if self.cfg.metrics_address:  # the ops routes alone, on their own address
             ops_app = web.Application()
-            ops.add_ops_routes(ops_app, ready=self.ready, registry=self.metrics.registry)
+            ops.add_ops_routes(ops_app, ready=self.starting, registry=self.metrics.registry)
             self._ops_runner = web.AppRunner(ops_app, access_log=None)
             await self._ops_runner.setup()
             self.metrics_port = await self._listen(self._ops_runner,

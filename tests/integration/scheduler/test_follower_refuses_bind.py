@@ -1,6 +1,6 @@
 """Two extender replicas with Lease leader election: the follower answers filter from its own
-cache but refuses bind (kube-scheduler retries), and is not ready; when the leader stops it
-releases the Lease and the other replica takes over and binds."""
+cache but refuses bind (kube-scheduler retries), is ready for that role and says it does not
+lead; when the leader stops it releases the Lease and the other replica takes over and binds."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ FAST = LeaderElection(lease_namespace="default", lease_seconds=3, renew_deadline
                       retry_period_seconds=0.3)
 
 
-async def readyz(ext: Running) -> tuple[int, str]:
-    """/readyz on the separate metrics listener (metricsAddress), as the chart probes it."""
+async def ops(ext: Running, path: str) -> tuple[int, str]:
+    """A route of the separate metrics listener (metricsAddress), as the chart probes it."""
     assert ext.http is not None and ext.ext.metrics_port is not None
-    async with ext.http.get(f"http://127.0.0.1:{ext.ext.metrics_port}/readyz") as r:
+    async with ext.http.get(f"http://127.0.0.1:{ext.ext.metrics_port}{path}") as r:
         return r.status, await r.text()
 
 
@@ -25,8 +25,8 @@ async def test_only_the_leader_binds_and_the_other_takes_over_when_it_stops(kube
     await create(admin, node_obj("gpu-1"))
     for name in ("first", "second"):
         await create(admin, pod_obj(name))
-    ops = {"leader_election": FAST, "metrics_address": "127.0.0.1:0"}
-    async with Running(kube_api, **ops) as a, Running(kube_api, **ops) as b:
+    opts = {"leader_election": FAST, "metrics_address": "127.0.0.1:0"}
+    async with Running(kube_api, **opts) as a, Running(kube_api, **opts) as b:
         await wait_for(lambda: a.ext.is_leader() or b.ext.is_leader(), "a leader", 10)
         leader, follower = (a, b) if a.ext.is_leader() else (b, a)
         assert not follower.ext.is_leader(), "one Lease, one leader"
@@ -35,9 +35,10 @@ async def test_only_the_leader_binds_and_the_other_takes_over_when_it_stops(kube
         assert (await follower.filter("first", ["gpu-1"]))["NodeNames"] == ["gpu-1"]
         assert await follower.bind("first", "gpu-1") == NOT_LEADER
         assert "nodeName" not in (await follower.pod("first"))["spec"]
-        status, text = await readyz(follower)
-        assert status == 503 and "not the leader" in text
-        assert (await readyz(leader))[0] == 200
+        assert (await ops(follower, "/readyz"))[0] == 200, \
+            "ready for its role: a readiness that waited for the Lease would stall rollouts"
+        assert "gpuslice_scheduler_leader 0.0" in (await ops(follower, "/metrics"))[1]
+        assert "gpuslice_scheduler_leader 1.0" in (await ops(leader, "/metrics"))[1]
         assert await leader.bind("first", "gpu-1") == ""
 
         await leader.ext.stop()  # releases the Lease on the way out
