@@ -1,4 +1,4 @@
-"""The extender's HTTP routes: POST /filter, /prioritize, /bind, plus /healthz /readyz /metrics.
+"""The extender's HTTP routes: POST /filter /prioritize /bind /preempt, /healthz /readyz /metrics.
 
 Owns: decoding each body (wire.py), calling the verb, encoding the reply, timing it, and the
 rule that only the leader binds. Errors go in the reply with HTTP 200, as kube-scheduler expects
@@ -7,8 +7,7 @@ unreadable body gets 400, which the scheduler logs and ignores). Extenders are c
 scheduler profile: a pod that names another scheduler passes filter untouched and is bound
 without an assignment (bind.py).
 Does not: decide anything (filter.py, prioritize.py, bind.py) or start services (service.py).
-No /preempt: without it kube-scheduler picks victims by its own resources only; our
-FailedAndUnresolvable marks keep it from evicting where GPUs cannot be freed (docs/scheduler.md).
+POST /preempt keeps only the preemption candidates whose victims free enough GPU (preempt.py).
 Tests: tests/unit/scheduler/test_app.py
 """
 
@@ -27,6 +26,7 @@ from gpuslice.scheduler import wire
 from gpuslice.scheduler.bind import Binder
 from gpuslice.scheduler.filter import Evaluator, Verdict, filter_reply, unfit_message
 from gpuslice.scheduler.metrics import Metrics
+from gpuslice.scheduler.preempt import preempt_reply
 from gpuslice.scheduler.prioritize import prioritize_reply
 
 __all__ = ["NOT_LEADER", "make_app"]
@@ -129,9 +129,26 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
         metrics.latency.labels("bind").observe(time.perf_counter() - t0)
         return _json(wire.BindingResult(Error=error))
 
+    async def preempt(request: web.Request) -> web.Response:
+        t0 = time.perf_counter()
+        try:
+            if (not_yet := starting()) is not None:
+                raise _Starting(not_yet)
+            args = wire.decode(await request.read(), wire.PreemptionArgs)
+            reply = preempt_reply(ev, args) if ev.ours(args.Pod) else wire.PreemptionResult(
+                NodeNameToMetaVictims=dict(args.NodeNameToMetaVictims or {}))
+        except (wire.WireError, _Starting) as exc:
+            return web.Response(status=503 if isinstance(exc, _Starting) else 400,
+                                text=f"{exc}\n")
+        except RequestError:
+            reply = wire.PreemptionResult(NodeNameToMetaVictims={})  # no eviction helps
+        metrics.latency.labels("preempt").observe(time.perf_counter() - t0)
+        return _json(reply)
+
     app = web.Application(client_max_size=64 << 20)  # a NodeList of 5,000 nodes is ~20 MiB
     app.router.add_post("/filter", filter_)
     app.router.add_post("/prioritize", prioritize)
     app.router.add_post("/bind", bind)
+    app.router.add_post("/preempt", preempt)
     ops.add_ops_routes(app, ready=ready, registry=metrics.registry)
     return app

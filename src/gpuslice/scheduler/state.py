@@ -27,7 +27,7 @@ import msgspec
 from gpuslice import codec, dialects, handoff
 from gpuslice.allocator import AllocationError, ClusterState
 from gpuslice.errors import CodecError
-from gpuslice.model import PodAssignment
+from gpuslice.model import NodeInventory, PodAssignment
 
 __all__ = ["ExtenderState", "pod_key", "trim_node", "trim_pod"]
 
@@ -250,6 +250,17 @@ class ExtenderState:
 
     def has_inventory(self, node: str) -> bool:
         return node in self._inv_text
+
+    def inventory(self, node: str) -> NodeInventory | None:
+        if node not in self._inv_text:
+            return None
+        snap = self.cluster.snapshot(node)
+        return NodeInventory(node=node, gpus=snap.gpus)
+
+    def uid(self, key: str) -> str:
+        """The UID of the pod last observed under `key` ("" if none)."""
+        facts = self._facts.get(key)
+        return facts.uid if facts is not None else ""
 
     # -- reading pods ----------------------------------------------------------------------
     def _read(self, key: str, pod: Mapping[str, Any]) -> _Facts | None:

@@ -1,8 +1,9 @@
 """The kube-scheduler HTTP extender's JSON bodies (WIRE.md; wire-samples/extender-*).
 
-Owns: msgspec types for ExtenderArgs, ExtenderFilterResult, HostPriority, ExtenderBindingArgs
-and ExtenderBindingResult with the capitalised Go field names the real scheduler sends for
-every verb; one decoder per request type and one encoder.
+Owns: msgspec types for ExtenderArgs, ExtenderFilterResult, HostPriority, ExtenderBindingArgs,
+ExtenderBindingResult and ExtenderPreemptionArgs/Result with the capitalised Go field names the
+real scheduler sends for every verb (no preempt sample was captured: its names follow the Go
+types the same way); one decoder per request type and one encoder.
 Does not: interpret a pod or a node (filter.py, prioritize.py, bind.py do).
 Invariants: the Pod stays a plain mapping (dialects.parse_pod reads it); with nodeCacheCapable
 false the NodeList items stay raw JSON (msgspec.Raw), so a reply echoes the scheduler's own
@@ -23,8 +24,13 @@ __all__ = [
     "ExtenderArgs",
     "FilterResult",
     "HostPriority",
+    "MetaPod",
+    "MetaVictims",
     "NodeHead",
     "NodeList",
+    "PreemptionArgs",
+    "PreemptionResult",
+    "Victims",
     "WireError",
     "decode",
     "encode",
@@ -93,16 +99,47 @@ class BindingResult(msgspec.Struct):
     Error: str = ""
 
 
-_DECODERS: dict[type, msgspec.json.Decoder[Any]] = {
-    t: msgspec.json.Decoder(t) for t in (ExtenderArgs, BindingArgs, NodeHead)
-}
+class MetaPod(msgspec.Struct):
+    """A victim, named by UID (nodeCacheCapable: true)."""
+
+    UID: str
+
+
+class MetaVictims(msgspec.Struct):
+    Pods: list[MetaPod] | None = None
+    NumPDBViolations: int = 0
+
+
+class Victims(msgspec.Struct):
+    Pods: list[dict[str, Any]] | None = None
+    NumPDBViolations: int = 0
+
+
+class PreemptionArgs(msgspec.Struct):
+    """preempt request: victims per candidate node, as full pods or as UIDs."""
+
+    Pod: dict[str, Any]
+    NodeNameToVictims: dict[str, Victims] | None = None
+    NodeNameToMetaVictims: dict[str, MetaVictims] | None = None
+
+
+class PreemptionResult(msgspec.Struct):
+    """preempt reply: the candidates kept, with their victims."""
+
+    NodeNameToMetaVictims: dict[str, MetaVictims]
+
+
+_DECODERS: dict[type, msgspec.json.Decoder[Any]] = {}
 _ENCODER = msgspec.json.Encoder()
 
 
 def decode(body: bytes, kind: type[T]) -> T:
     """Decode a request body; WireError with msgspec's path ("at `$.Pod`") when it is wrong."""
+    decoder = _DECODERS.get(kind)
+    if decoder is None:
+        decoder = _DECODERS[kind] = msgspec.json.Decoder(kind)
     try:
-        return _DECODERS[kind].decode(body)  # type: ignore[no-any-return]
+        return decoder.decode(body)  # type: ignore[no-any-return]
     except msgspec.DecodeError as exc:
         raise WireError(f"{kind.__name__} body: {exc}; send the kube-scheduler's extender "
                         "JSON (capitalised Go field names, WIRE.md)") from None

@@ -127,3 +127,13 @@ async def test_before_the_caches_sync_every_verb_answers_an_error_never_no_inven
         assert reply["Error"] == why and reply["FailedAndUnresolvableNodes"] == {}
         assert (await http.post("/prioritize", data=b"{}")).status == 503
         assert (await post(http, "bind", sample("bind.request")))["Error"] == why
+
+
+async def test_preempt_answers_in_the_go_shape(http):
+    body = {"Pod": pod("p", mem=4096), "NodeNameToVictims": None,
+            "NodeNameToMetaVictims": {"node-a": {"Pods": [{"UID": "uid-held"}],
+                                                 "NumPDBViolations": 0}}}
+    reply = await post(http, "preempt", body)
+    assert reply == {"NodeNameToMetaVictims": {"node-a": {"Pods": [{"UID": "uid-held"}],
+                                                          "NumPDBViolations": 0}}}
+    assert (await http.post("/preempt", data=b"[]")).status == 400

@@ -19,8 +19,8 @@ def test_the_extender_manages_every_dialect_resource_and_the_scheduler_counts_de
     assert [p["schedulerName"] for p in doc["profiles"]] == ["default-scheduler",
                                                              "gpuslice-scheduler"]
     (ext,) = doc["extenders"]
-    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == (
-        "filter", "prioritize", "bind")
+    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"], ext["preemptVerb"]) == (
+        "filter", "prioritize", "bind", "preempt")
     assert ext["nodeCacheCapable"] is True and ext["ignorable"] is False
     managed = {r["name"]: r["ignoredByScheduler"] for r in ext["managedResources"]}
     assert set(managed) == set(dialects.RESOURCE_NAMES), "every dialect's names, no others"
