@@ -65,9 +65,10 @@ def config(**overrides: Any) -> SchedulerConfig:
 class Running:
     """An Extender served on 127.0.0.1 and an HTTP session to call its verbs as the scheduler."""
 
-    def __init__(self, kube_api: Any, **overrides: Any) -> None:
+    def __init__(self, kube_api: Any, clock: Callable[[], float] = time.time,
+                 **overrides: Any) -> None:
         self.client = kube_api.async_client()
-        self.ext = Extender(config(**overrides), self.client)
+        self.ext = Extender(config(**overrides), self.client, clock=clock)
         self.http: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> Running:

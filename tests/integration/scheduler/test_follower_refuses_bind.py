@@ -9,7 +9,7 @@ from sched_helpers import Running, create, node_obj, pod_obj, wait_for
 from gpuslice.scheduler.app import NOT_LEADER
 from gpuslice.scheduler.config import LeaderElection
 
-FAST = LeaderElection(lease_namespace="default", lease_seconds=3, renew_deadline_seconds=2,
+FAST = LeaderElection(lease_namespace="default", lease_seconds=8, renew_deadline_seconds=6,
                       retry_period_seconds=0.3)
 
 

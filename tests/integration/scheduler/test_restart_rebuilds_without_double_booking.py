@@ -44,10 +44,12 @@ async def test_an_assignment_without_a_binding_is_held_then_released_after_the_t
     await patch_metadata(admin, Pod, "crashed", namespace="default", annotations={
         codec.ASSIGNMENT_ANNOTATION: codec.encode_assignment(a),
         handoff.BOUND_AT: handoff.format_time(time.time())})
-    async with Running(kube_api, in_flight_timeout_seconds=1.5) as ext:
+    late = [0.0]  # how far the extender's clock runs ahead of the wall clock
+    async with Running(kube_api, clock=lambda: time.time() + late[0]) as ext:
         assert ext.ext.state.held("default/crashed") == a
         got = await ext.filter("next", ["gpu-1"])
         assert got["NodeNames"] == [], "held while the bind may still be going on"
+        late[0] = ext.ext.cfg.in_flight_timeout_seconds + 1
         await wait_for(lambda: ext.ext.state.held("default/crashed") is None,
                        "the sweep to release it", timeout=5)
         assert await ext.place("next", ["gpu-1"]) == "gpu-1"
