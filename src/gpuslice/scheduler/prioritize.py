@@ -22,5 +22,4 @@ def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str]) -> list[wire.H
     fits = v.fits if len(names) * 2 >= len(v.fits) else {n: v.fits[n] for n in names
                                                           if n in v.fits}
     scores = ev.state.cluster.prioritize(v.pod, ev.policy, fits) if fits else {}
-    get = scores.get
-    return [wire.HostPriority(n, get(n, 0)) for n in names]
+    return list(map(wire.HostPriority, names, map(scores.get, names, [0] * len(names))))

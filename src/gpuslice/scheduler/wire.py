@@ -79,7 +79,7 @@ class FilterResult(msgspec.Struct):
     Error: str = ""
 
 
-class HostPriority(msgspec.Struct):
+class HostPriority(msgspec.Struct, gc=False):  # thousands per reply: skip GC tracking
     """One entry of the prioritize reply (a JSON list of these); Score 0..10."""
 
     Host: str
