@@ -7,7 +7,7 @@ Does not: score (prioritize.py), reserve (bind.py; nothing here changes the stat
 Invariants: one short reason per cause, identical across nodes (kube-scheduler counts them);
 per-node numbers go to the log and the pod event. FailedAndUnresolvable: what preemption cannot
 cure (allocator's UNRESOLVABLE, a pod waited for, a node whose assignments cannot be counted).
-With full Nodes the answer comes from those objects' inventories and nothing is cached.
+With full Nodes the answer comes from those objects' inventories and nothing is reserved.
 Failure: a pod the dialects reject raises RequestError; the route answers it in `Error`.
 Tests: tests/unit/scheduler/test_filter.py
 """
