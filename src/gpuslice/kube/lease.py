@@ -13,7 +13,7 @@ False by the renew deadline even while an API call hangs; renew_deadline_s <
 lease_duration_s keeps the old leader's view ending before anyone else may acquire.
 Does not: fence writes (a paused process may act after losing the Lease; the extender's
 writes carry resourceVersions for that). RBAC: get, create, patch on leases (the namespace).
-`LeaseFollower` instead leads while a process in the same pod (kube-scheduler) holds a Lease.
+(scheduler/follow.py instead follows the Lease of the kube-scheduler in the same pod.)
 Tests: tests/unit/kube/test_lease.py, tests/integration/kube/test_two_electors_one_leader.py
 """
 
@@ -38,7 +38,7 @@ from gpuslice.kube import errors
 from gpuslice.kube.client import dict_view
 from gpuslice.kube.events import EventRecorder
 
-__all__ = ["LeaderElector", "LeaseFollower", "default_identity"]
+__all__ = ["LeaderElector", "default_identity"]
 
 log = logging.getLogger(__name__)
 
@@ -224,59 +224,3 @@ class LeaderElector:
         except Exception:
             log.exception("leader election callback failed")
 
-
-class LeaseFollower:
-    """Leads while a process beside this one in the pod holds a Lease: the extender follows the
-    kube-scheduler in its pod (same host name; kube-scheduler's identity is
-    `<hostname>_<uuid>`), so the replica that kube-scheduler calls is the one that binds, and
-    two elections can never pick different pods. Reads only (RBAC: get on leases).
-
-    `is_leader` is True while the last read showed a holder named `<prefix>...`, that holder's
-    record changed less than its leaseDurationSeconds ago (local clock, as LeaderElector times
-    others), and a read succeeded less than `stale_s` ago."""
-
-    def __init__(self, client: AsyncClient, name: str, namespace: str, *,
-                 holder_prefix: str | None = None, poll_s: float = 1.0, stale_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.client, self.name, self.namespace = client, name, namespace
-        self.prefix = holder_prefix or f"{socket.gethostname()}_"
-        self.poll_s, self.stale_s, self.clock = poll_s, stale_s, clock
-        self.leader = ""  # the holder last seen
-        self._record: tuple[str, str, int] | None = None
-        self._changed_at = float("-inf")
-        self._read_at = float("-inf")
-
-    @property
-    def is_leader(self) -> bool:
-        if self._record is None or not self.leader.startswith(self.prefix):
-            return False
-        now = self.clock()
-        return now - self._read_at < self.stale_s and now < self._changed_at + self._record[2]
-
-    async def poll(self) -> None:
-        """Read the Lease once (API failures are logged; the view then goes stale)."""
-        try:
-            with errors.translate(f"get lease {self.namespace}/{self.name}"):
-                lease = dict(await self.client.get(dict_view(Lease), self.name,
-                                                   namespace=self.namespace))
-        except errors.NotFound:
-            lease = {}
-        except errors.APIError as exc:
-            log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
-            return
-        spec = lease.get("spec") or {}
-        record = (str(spec.get("holderIdentity") or ""), str(spec.get("renewTime") or ""),
-                  int(spec.get("leaseDurationSeconds") or 15))
-        now = self.clock()
-        if record != self._record:
-            if record[0] != self.leader:
-                log.info("lease %s/%s held by %r (this pod leads: %s)", self.namespace,
-                         self.name, record[0], record[0].startswith(self.prefix))
-            self._record, self._changed_at, self.leader = record, now, record[0]
-        self._read_at = now
-
-    async def run(self) -> None:
-        """Poll every `poll_s` until cancelled."""
-        while True:
-            await self.poll()
-            await asyncio.sleep(self.poll_s)
