@@ -121,7 +121,7 @@ class DemoCluster:
                             client)
         port = await extender.start()
         stack.push_async_callback(extender.stop)
-        await wait_for(lambda: extender.ready() is None, "the extender's caches to sync")
+        await wait_for(lambda: extender.starting() is None, "the extender's caches to sync")
         await wait_for(lambda: extender.state.has_inventory(NODE),
                        "the extender to see the node's inventory")
         entry = _extender_entry(f"http://127.0.0.1:{port}")
