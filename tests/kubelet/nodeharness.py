@@ -13,6 +13,7 @@ from typing import Any
 from gpuslice.node.agent import Agent
 from gpuslice.node.nvml import FakeBackend
 from gpuslice.node.settings import load
+from kubeapi.waiting import wait_for
 
 from .emulator import Kubelet, short_dir
 from .pods import NODE
@@ -70,17 +71,3 @@ async def running_node(kube_api: Any, **overrides: Any) -> AsyncIterator[Node]:
             await asyncio.wait_for(task, 10)
         await kubelet.stop()
         shutil.rmtree(base, ignore_errors=True)
-
-
-async def wait_for(cond: Any, what: str, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        got = cond()
-        if asyncio.iscoroutine(got):
-            got = await got
-        if got:
-            return
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for: {what}")
-        await asyncio.sleep(0.05)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -16,6 +14,7 @@ from gpuslice import codec, handoff, model
 from gpuslice.kube.client import dict_view
 from gpuslice.scheduler.config import LeaderElection, SchedulerConfig
 from gpuslice.scheduler.service import Extender
+from kubeapi.waiting import wait_for
 
 
 def node_obj(name: str, gpus: int = 2, mem: int = 16384, split: int = 10) -> dict[str, Any]:
@@ -41,20 +40,6 @@ def pod_obj(name: str, mem: int = 4096, cores: int = 10, gpus: int = 1) -> dict[
 async def create(client: AsyncClient, obj: dict[str, Any]) -> dict[str, Any]:
     kind = Node if obj["kind"] == "Node" else Pod
     return dict(await client.create(dict_view(kind)(obj)))  # type: ignore[call-arg]
-
-
-async def wait_for(cond: Callable[[], object | Awaitable[object]], what: str,
-                   timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if inspect.isawaitable(got):
-            got = await got
-        if got:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def config(**overrides: Any) -> SchedulerConfig:
