@@ -97,6 +97,15 @@ def config_file(objs, suffix: str, key: str, tmp_path: Path) -> str:
     return str(path)
 
 
+def service_configs(objs, tmp_path: Path) -> tuple[Any, Any, Any]:
+    """(extender, webhook, node agent) configs, each read from its rendered ConfigMap by the
+    service's own loader (the agent's node name comes from the downward API in the chart)."""
+    return (scheduler_config.load(config_file(objs, "-scheduler", "scheduler.yaml", tmp_path)),
+            webhook_config.load(config_file(objs, "-webhook", "webhook.yaml", tmp_path)),
+            node_settings.load(config_file(objs, "-node-agent", "node-agent.yaml", tmp_path),
+                               environ={"GPUSLICE_NODE_NODE_NAME": "gpu-node-1"}))
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_helm_lint_passes(case):
     cluster = [] if "--kube-version" in CASES[case] else CLUSTER[:2]
@@ -119,11 +128,7 @@ def test_every_rendered_object_is_valid_kubernetes(case):
 
 @pytest.mark.parametrize("case", CASES)
 def test_each_service_reads_its_rendered_config_with_its_own_loader(case, tmp_path):
-    objs = render(case)
-    sched = scheduler_config.load(config_file(objs, "-scheduler", "scheduler.yaml", tmp_path))
-    hook = webhook_config.load(config_file(objs, "-webhook", "webhook.yaml", tmp_path))
-    node = node_settings.load(config_file(objs, "-node-agent", "node-agent.yaml", tmp_path),
-                              environ={"GPUSLICE_NODE_NODE_NAME": "gpu-node-1"})
+    sched, hook, node = service_configs(render(case), tmp_path)
     assert sched.scheduler_name == hook.scheduler_name, "one profile name for webhook and extender"
     assert sched.defaults == hook.defaults, "webhook and extender must read requests alike"
     assert sched.in_flight_timeout_seconds == node.in_flight_timeout_seconds, (
@@ -151,6 +156,7 @@ def test_the_extender_configuration_matches_the_code(case, tmp_path):
     assert {n for n, ignored in managed.items() if not ignored} == set(
         handoff.DEVICE_RESOURCES.values()), "only the advertised device resources are counted"
     lease = kube["leaderElection"]
+    assert sched.leader_election.follow, "the extender follows, it does not campaign"
     assert (lease["resourceName"], lease["resourceNamespace"]) == (
         sched.leader_election.lease_name, sched.leader_election.lease_namespace), (
         "the extender binds only while its kube-scheduler holds this Lease")
@@ -159,10 +165,7 @@ def test_the_extender_configuration_matches_the_code(case, tmp_path):
 @pytest.mark.parametrize("case", CASES)
 def test_ports_and_probes_match_what_the_services_listen_on(case, tmp_path):
     objs = render(case)
-    sched = scheduler_config.load(config_file(objs, "-scheduler", "scheduler.yaml", tmp_path))
-    hook = webhook_config.load(config_file(objs, "-webhook", "webhook.yaml", tmp_path))
-    node = node_settings.load(config_file(objs, "-node-agent", "node-agent.yaml", tmp_path),
-                              environ={"GPUSLICE_NODE_NODE_NAME": "n"})
+    sched, hook, node = service_configs(objs, tmp_path)
     for kind, suffix, name, port in (
             ("Deployment", "-scheduler", "extender", sched.metrics_address.rpartition(":")[2]),
             ("Deployment", "-webhook", "webhook", hook.port),
@@ -182,8 +185,7 @@ def test_ports_and_probes_match_what_the_services_listen_on(case, tmp_path):
 @pytest.mark.parametrize("case", CASES)
 def test_the_node_agent_mounts_the_host_paths_its_config_names(case, tmp_path):
     objs = render(case)
-    node = node_settings.load(config_file(objs, "-node-agent", "node-agent.yaml", tmp_path),
-                              environ={"GPUSLICE_NODE_NODE_NAME": "n"})
+    _, _, node = service_configs(objs, tmp_path)
     ds = find(objs, "DaemonSet", "-node-agent")["spec"]["template"]["spec"]
     host = {v["name"]: v["hostPath"]["path"] for v in ds["volumes"] if "hostPath" in v}
     mounts = {m["name"]: m["mountPath"] for m in ds["containers"][0]["volumeMounts"]}
