@@ -44,6 +44,7 @@ class RequestRecord:
     path: str
     query: dict[str, str]
     status: int = 0
+    authorization: str = ""  # the Authorization header: tests tell clients apart by token
 
 
 @dataclass
@@ -87,7 +88,8 @@ class ApiApp:
     # ---- dispatch -------------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        record = RequestRecord(request.method, request.path, dict(request.query))
+        record = RequestRecord(request.method, request.path, dict(request.query),
+                               authorization=request.headers.get("Authorization", ""))
         self.requests.append(record)
         try:
             response = await self._dispatch(request)
