@@ -190,15 +190,26 @@ class Evaluator:
             if not flights or all(f.shape == same for f in flights):
                 continue  # nothing there the node agent could confuse with this pod
             shape = same if same is not None else handoff.request_shape(
-                requests, v.pod, {c.container: c.slices[0].memory_mib
-                                  for c in fits[name].assignment.containers if c.slices})
+                requests, v.pod, _memory_per_gpu(v.pod, fits[name]))
             f = handoff.blocking_flight(requests, shape, flights, key=v.pod.key)
             if f is not None:
                 del fits[name]
+                r = f.pending[0]  # (a property, computed on each read)
                 v.failed[name] = Refusal(WAITING.format(f.key), False,
-                                         f"its first device request "
-                                         f"{f.pending[0].resource}={f.pending[0].quantity} "
+                                         f"its first device request {r.resource}={r.quantity} "
                                          "looks the same to the node agent")
+
+
+def _memory_per_gpu(pod: PodRequest, pl: Placement) -> dict[str, int]:
+    """container -> MiB per GPU of its slices on the placement's node. Chosen GPUs are always
+    healthy, so on a node whose healthy GPUs are one size percent requests resolve without
+    placing the pod (placing it here, on every node with a pod in flight, was the slow part)."""
+    size = pl.snapshot.uniform_mem
+    if size:
+        return {s.container: s.memory_mib if s.memory_mib is not None
+                else size * s.memory_percent // 100  # type: ignore[operator]
+                for s in pod.slices}
+    return {c.container: c.slices[0].memory_mib for c in pl.assignment.containers if c.slices}
 
 
 def filter_reply(v: Verdict, names: list[str]) -> wire.FilterResult:
