@@ -17,6 +17,7 @@ import contextlib
 import json
 import shutil
 import ssl
+import sys
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -34,7 +35,7 @@ from lightkube.resources.core_v1 import Namespace, Node, Pod, Secret
 from rbac import Access, Rule, access, rules_for
 from test_chart import config_file, find, render
 
-from gpuslice import codec, handoff, model
+from gpuslice import codec, handoff
 from gpuslice.kube.client import FIELD_MANAGER, dict_view
 from gpuslice.node import settings as node_settings
 from gpuslice.node.agent import Agent
@@ -48,6 +49,9 @@ from gpuslice.webhook.command import Server
 from kubelet.emulator import Kubelet, short_dir
 from kubelet.nodeharness import wait_for
 from kubelet.pods import NODE, container, gpu, pod
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "integration" / "scheduler"))
+from sched_helpers import create, node_obj, pod_obj
 
 NS = "gpuslice-system"  # the release namespace test_chart renders into
 SAMPLE = (Path(__file__).parents[1] / "unit" / "webhook" / "samples" /
@@ -102,7 +106,11 @@ def check(kube_api: Any, component: str, account: str) -> None:
     assert not other, f"{component}: non-resource requests, which the chart grants none: {other}"
     used = [a for r in mine if (a := access(r.method, r.path, r.query)) is not None]
     assert used, f"{component}: no request carried its token; is its client the one built here?"
-    denied, unused = uncovered(used, rules, NEEDED_ELSEWHERE.get(component, {}))
+    elsewhere = NEEDED_ELSEWHERE.get(component, {})
+    lost = [f"{verb} {resource}: {why}" for (group, resource, verb), why in elsewhere.items()
+            if not any((group, resource, verb) in set(r.grants()) for r in rules)]
+    assert not lost, f"{component}: the chart no longer grants what is needed elsewhere: {lost}"
+    denied, unused = uncovered(used, rules, elsewhere)
     assert not denied, (
         f"{component} (ServiceAccount {NS}/{account}) made requests that the chart's roles do "
         f"not allow: {'; '.join(denied)}. Add these verbs to its role in "
@@ -147,17 +155,6 @@ def now() -> str:
 
 # ---- the services' flows --------------------------------------------------------------------
 
-def unbound_pod(name: str, mem: int) -> dict[str, Any]:
-    """A pod as the webhook leaves it for the extender."""
-    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem)}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default",
-                         "labels": {handoff.MANAGED_LABEL: "true"}},
-            "spec": {"schedulerName": "gpuslice-scheduler", "containers": [
-                {"name": "main", "image": "registry.invalid/pause:1",
-                 "resources": {"limits": limits}}]}}
-
-
 async def test_the_extender_is_granted_exactly_what_it_calls(kube_api, tmp_path):
     faults = kube_api.need_faults()
     objs = render("default")
@@ -166,20 +163,15 @@ async def test_the_extender_is_granted_exactly_what_it_calls(kube_api, tmp_path)
     assert le.enabled and le.follow, "the chart runs the extender following kube-scheduler"
     cfg = msgspec.structs.replace(cfg, metrics_address="", leader_election=msgspec.structs.replace(
         le, identity="sched-pod", retry_period_seconds=0.05))
-    inventory = model.NodeInventory(node="gpu-1", gpus=(model.GPU(
-        uuid="GPU-1", model="NVIDIA A10", memory_mib=16384, index=0, split_count=10),))
     async with clients(kube_api, "extender") as (admin, mine):
         await admin.create(dict_view(Lease)({  # kube-scheduler in this pod leads
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": le.lease_name, "namespace": le.lease_namespace},
             "spec": {"holderIdentity": "sched-pod_1234", "leaseDurationSeconds": 30,
                      "renewTime": now()}}))
-        await admin.create(dict_view(Node)({"apiVersion": "v1", "kind": "Node", "metadata": {
-            "name": "gpu-1", "annotations": {
-                codec.INVENTORY_ANNOTATION: codec.encode_inventory(inventory)}}}))
-        pods = {}
-        for name, mem in (("fits", 4096), ("too-big", 65536), ("doomed", 4096)):
-            pods[name] = dict(await admin.create(dict_view(Pod)(unbound_pod(name, mem))))
+        await create(admin, node_obj("gpu-1", gpus=1))
+        pods = {name: await create(admin, pod_obj(name, mem=mem))
+                for name, mem in (("fits", 4096), ("too-big", 65536), ("doomed", 4096))}
         ext = Extender(cfg, mine)
         port = await ext.start()
         try:
