@@ -8,7 +8,7 @@ compute the change from the fresh object, guarded patch, retry: for read-modify-
 as appending to gpuslice.io/allocated).
 Does not: decide what to write (scheduler/, node/) or create Bindings (scheduler/bind.py).
 Objects come back as plain dicts (client.dict_view). Failures: kube.errors.* only.
-RBAC: get, patch on the resources patched (pods, nodes).
+RBAC: patch on the resources patched (pods, nodes); update_metadata also reads them (get).
 Tests: tests/unit/kube/test_patch.py, tests/integration/kube/test_patch_against_api.py
 """
 
