@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
+from itertools import filterfalse
 from typing import Any
 
 import msgspec
@@ -117,7 +118,7 @@ class Evaluator:
                                                    if self.state.has_inventory(n)])
         fits = fr.fits  # fresh dicts: ours to change
         failed: dict[str, Refused] = fr.failed  # type: ignore[assignment]
-        for n in [n for n in names if n not in fits and n not in failed]:
+        for n in [n for n in filterfalse(fits.__contains__, names) if n not in failed]:
             failed[n] = no_inventory(n)  # the GPU inventory does not know it
         verdict = Verdict(req, fits, failed)
         self._hand_off(pod, verdict, cached=True)
@@ -215,11 +216,12 @@ def _memory_per_gpu(pod: PodRequest, pl: Placement) -> dict[str, int]:
 def filter_reply(v: Verdict, names: list[str]) -> wire.FilterResult:
     """The reply for NodeNames (names in request order); the route swaps in Nodes if needed."""
     fits, refused = v.fits, v.failed
-    passed = [n for n in names if n in fits]  # runs for every node on every scheduling attempt
+    # runs for every node on every scheduling attempt: the name tests stay in C (filter)
+    passed = list(filter(fits.__contains__, names))
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     if len(passed) < len(names):
-        for n in [n for n in names if n not in fits]:
+        for n in filterfalse(fits.__contains__, names):
             r = refused[n]
             (failed if r.resolvable else unresolvable)[n] = r.reason
     return wire.FilterResult(NodeNames=passed, FailedNodes=failed,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import time
@@ -154,6 +155,7 @@ class Extender:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await self.start(self.cfg.address, self.cfg.port)
+        freeze = loop.create_task(self._freeze_when_synced())  # (not a task whose end stops us)
         try:
             done, _ = await asyncio.wait([*self._tasks, loop.create_task(stop.wait())],
                                          return_when=asyncio.FIRST_COMPLETED)
@@ -162,7 +164,21 @@ class Extender:
                     raise task.exception()  # type: ignore[misc]  # e.g. a bad selector
             log.info("stopping: %s", "signal received" if stop.is_set() else "a task ended")
         finally:
+            freeze.cancel()
             await self.stop()
+
+    async def _freeze_when_synced(self) -> None:
+        """Once both caches hold the cluster, take them out of the garbage collector's sight
+        (gc.freeze): a full collection would otherwise walk every cached Node and Pod (5,000
+        nodes and 40,000 pods: 630,000 objects, a 0.4 s pause in the middle of a filter). Objects
+        made later are collected as usual; only reference cycles among the frozen ones, which
+        the caches do not make, would outlive their use."""
+        await self.nodes.synced.wait()
+        await self.pods.synced.wait()
+        gc.collect()
+        gc.freeze()
+        log.info("caches synced: %d objects frozen out of garbage collection",
+                 gc.get_freeze_count())
 
     # -- feeds -------------------------------------------------------------------------------
     def _node_changed(self, c: Change[Any]) -> None:
