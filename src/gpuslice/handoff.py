@@ -93,6 +93,8 @@ class Flight(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def pending(self) -> tuple[DeviceRequest, ...]:
         """Requests not yet answered, in kubelet order."""
+        if not self.allocated:  # the common case, read per flight on every filter
+            return self.requests
         done = set(self.allocated)
         return tuple(r for r in self.requests if r.container not in done)
 
