@@ -17,6 +17,13 @@
 #ifndef GS_AGENT_REGION
 #define GS_AGENT_REGION "/var/run/gpuslice/region"
 #endif
+/* The node-wide board directory the node agent mounts into every container (docs/compute.md
+ * "Work-conserving mode and priority: the board"): with the agent's region, the board is here if
+ * it exists and GPUSLICE_BOARD_DIR is ignored (a private board would let a tenant always borrow).
+ * Set at build only, like GS_AGENT_REGION. */
+#ifndef GS_AGENT_BOARD
+#define GS_AGENT_BOARD "/var/run/gpuslice-board"
+#endif
 
 enum gs_compute_mode {
     GS_COMPUTE_HARD = 0,            /* never exceed sm_limit (default) */

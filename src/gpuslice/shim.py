@@ -63,6 +63,8 @@ _COMPUTE_PROC_OFFSET = 288
 LIBRARY_ENV = "GPUSLICE_LIBRARY"
 # Where the library looks first for the node agent's region (GS_AGENT_REGION, native/src/config.h)
 AGENT_REGION = "/var/run/gpuslice/region"
+# Where, with the agent's region, the library finds the node-wide board (GS_AGENT_BOARD, ditto)
+AGENT_BOARD = "/var/run/gpuslice-board"
 COMPUTE_MODES = {"hard": 0, "work-conserving": 1}
 
 

@@ -94,7 +94,8 @@ def answer(backend: Any, libgpuslice: Path, tmp_path: Path) -> alloc.Answer:
     state = tmp_path / "state"
     lib, preload = install_library(libgpuslice, state, "/usr/local/gpuslice/lib/libgpuslice.so")
     layout = alloc.Layout(library_host=str(lib), preload_host=str(preload),
-                          regions_host=str(state / "regions"))
+                          regions_host=str(state / "regions"),
+                          board_host=str(regions.prepare_board(state)))
     cfg = load(None, flags={"nodeName": NODE}, environ={})
     gpus = {g.uuid: g for g in node_gpus(backend.devices(), cfg, {})}
     uuid = backend.devices()[0].uuid

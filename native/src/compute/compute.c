@@ -1,7 +1,8 @@
 /* Compute share setup: limit/mode/priority from the region (its values win) or the config,
  * one meter per CUDA context (created at its first launch; as many as the process has
  * contexts), the node board file.
- * Owns: gs_compute_init, the list of meters, GPUSLICE_BOARD_DIR handling.
+ * Owns: gs_compute_init, the list of meters, the board directory (GPUSLICE_BOARD_DIR, or
+ *   GS_AGENT_BOARD with the node agent's region).
  * Does not: launch or measure (launch.c, meter.c, timing.c).
  * Failure: no region / no device block / board file errors -> logged once; launches then pass
  * through unthrottled (no region) or run in hard mode (no board). Never blocks the app. */
@@ -124,16 +125,21 @@ int gs_compute_init(void)
     gs_c.boot_id = gs_compute_boot_id();
     gs_c.timens_ns = gs_compute_timens_offset();
     const char *dir = getenv("GPUSLICE_BOARD_DIR");
-    if (cfg->agent_region && dir && *dir) { /* a private board would let a tenant borrow always */
-        GS_WARN("compute: GPUSLICE_BOARD_DIR=%s is ignored: the node agent's region is used and the agent "
-                "gives no board", dir);
-        dir = NULL;
+    if (cfg->agent_region) { /* a private board would let a tenant borrow always */
+        if (dir && *dir)
+            GS_WARN("compute: GPUSLICE_BOARD_DIR=%s is ignored: the node agent's region is used, and "
+                    "with it only the agent's board (" GS_AGENT_BOARD ")", dir);
+        struct stat st;
+        dir = stat(GS_AGENT_BOARD, &st) == 0 && S_ISDIR(st.st_mode) ? GS_AGENT_BOARD : NULL;
+        GS_DEBUG("compute: agent region: board %s", dir ? dir : "(none: " GS_AGENT_BOARD " is not a directory)");
     }
     if (dir && *dir)
         snprintf(gs_c.board_dir, sizeof gs_c.board_dir, "%s", dir);
     else if (gs_c.work_conserving)
-        GS_WARN("compute: GPUSLICE_COMPUTE_MODE=work-conserving without GPUSLICE_BOARD_DIR: other "
-                "tenants are invisible, running in hard mode; mount a shared directory and set it");
+        GS_WARN("compute: GPUSLICE_COMPUTE_MODE=work-conserving without a board: other tenants are "
+                "invisible, running in hard mode; %s", cfg->agent_region
+                ? "the node agent mounts its board at " GS_AGENT_BOARD ": check its Allocate mounts"
+                : "mount a shared directory and set GPUSLICE_BOARD_DIR to it");
     __atomic_store_n(&gs_compute_enabled, 1, __ATOMIC_RELEASE);
     GS_INFO("compute: limit %d%% of GPU time, %s mode, priority %d, board %s", pct,
             gs_c.work_conserving ? "work-conserving" : "hard", gs_c.priority,
@@ -174,8 +180,8 @@ static struct gs_board *gs_compute_board(int dev)
     struct gs_board *map = gs_shared_file_map(path, sizeof(struct gs_board), 0, gs_board_init, NULL, why,
                                               sizeof why, &created);
     if (map == NULL || gs_board_format(map) != 0) {
-        GS_LOG_ONCE(GS_LOG_WARN, "compute: board %s: %s; check GPUSLICE_BOARD_DIR is a writable shared "
-                    "directory; hard mode", path, map ? "not a gpuslice board" : why);
+        GS_LOG_ONCE(GS_LOG_WARN, "compute: board %s: %s; check %s is a writable shared directory; "
+                    "hard mode", path, map ? "not a gpuslice board" : why, gs_c.board_dir);
         if (map != NULL)
             munmap(map, sizeof(struct gs_board));
         return NULL;

@@ -77,6 +77,7 @@ class Agent:
                         cfg.container_region_dir, AGENT_REGION)
         self.layout = alloc.Layout(
             library_host=str(lib), preload_host=str(preload), regions_host=str(self.regions_root),
+            board_host=str(regions.prepare_board(state)),
             library_container=cfg.container_library_path,
             region_container_dir=cfg.container_region_dir, cdi=cfg.cdi,
             compute_mode=cfg.compute_mode)

@@ -2,8 +2,9 @@
 
 Owns: reading the in-flight pods of this node (handoff.flight_of plus the assignment and the
 pod's request), the checks an answer must pass, and the answer itself: GPUs, the shim env
-(contracts.md), the mounts (library, ld.so.preload, the container's region directory), and the
-region's limits (`Answer.region`, which the agent writes into the container's region).
+(contracts.md), the mounts (library, ld.so.preload, the container's region directory, the
+node's board directory at shim.AGENT_BOARD), and the region's limits (`Answer.region`, which the
+agent writes into the container's region).
 Does not: do I/O (the agent creates the region and patches gpuslice.io/allocated),
 or speak gRPC (plugin.py turns an Answer into a ContainerAllocateResponse).
 Invariants: a container gets exactly its assigned GPUs and limits, nothing else; the kubelet's
@@ -25,7 +26,7 @@ from typing import Any
 from gpuslice import codec, dialects, handoff, model
 from gpuslice.allocator.usage import AllocationError, footprint
 from gpuslice.errors import CodecError, GpusliceError, RequestError
-from gpuslice.shim import RegionSpec
+from gpuslice.shim import AGENT_BOARD, RegionSpec
 
 __all__ = ["AllocateError", "Answer", "InFlight", "Layout", "Mount", "PodViews", "answer",
            "assigned_pods", "device_gpu", "in_flight", "preferred"]
@@ -44,6 +45,7 @@ class Layout:
     library_host: str  # <state-dir>/lib/libgpuslice.so
     preload_host: str  # <state-dir>/lib/ld.so.preload (one line: library_container)
     regions_host: str  # <state-dir>/regions
+    board_host: str  # <state-dir>/board: every container's, mounted at shim.AGENT_BOARD
     library_container: str = "/usr/local/gpuslice/lib/libgpuslice.so"
     region_container_dir: str = "/var/run/gpuslice"
     cdi: bool = False  # CDI device names instead of NVIDIA_VISIBLE_DEVICES
@@ -268,6 +270,7 @@ def _build(flight: handoff.Flight, req: handoff.DeviceRequest, pod: model.PodReq
         Mount(layout.library_container, layout.library_host, True),
         Mount("/etc/ld.so.preload", layout.preload_host, True),
         Mount(layout.region_container_dir, region_dir, False),
+        Mount(AGENT_BOARD, layout.board_host, False),  # written by all tenants: docs/compute.md
     )
     return Answer(pod_key=flight.key, pod_uid=flight.uid, container=req.container, gpus=uuids,
                   envs=envs, mounts=mounts,

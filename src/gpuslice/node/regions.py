@@ -1,12 +1,14 @@
 """Containers' regions on the host: made at Allocate, read safely, removed at the end.
 
-Layout: `<state-dir>/regions/<pod-uid>/<container>/region`, directories the agent's (0755).
+Layout: `<state-dir>/regions/<pod-uid>/<container>/region`, directories the agent's (0755), and
+`<state-dir>/board` (root's, 1777 like /tmp): the node's demand board, one file per GPU that the
+library of every container creates (0666) and writes (docs/compute.md, the board).
 At Allocate the agent writes the region itself, complete, with the container's limits
 (shim.RegionSpec), 0666 so that every uid of the container shares it: the library finds it at
 its fixed path (shim.AGENT_REGION, where the container directory is mounted) and its limits win
 over the container's env. Nobody in the container but its root can replace the file.
-Owns: `prepare`, `place`, `scan`, `remove`, `swap`. Does not: interpret usage (exporter.py,
-watchdog.py) or decide which pods are gone (the watchdog asks the cluster view).
+Owns: `prepare`, `prepare_board`, `place`, `scan`, `remove`, `swap`. Does not: interpret usage
+(exporter.py, watchdog.py) or decide which pods are gone (the watchdog asks the cluster view).
 Invariant: the files are the tenant's, so they are never trusted: directories are walked
 without following symlinks, and files read with shim.Region.read (no symlink, no FIFO, a
 bounded read); anything it refuses is a `problem` string, never a hang or a crash.
@@ -28,7 +30,10 @@ from gpuslice.errors import ShimError
 from gpuslice.node.allocate import REGION_FILE
 from gpuslice.shim import SLOTS_OFFSET, Region, RegionSpec
 
-__all__ = ["ContainerRegion", "place", "prepare", "remove", "scan", "swap"]
+__all__ = ["BOARD_DIR", "ContainerRegion", "place", "prepare", "prepare_board", "remove", "scan",
+           "swap"]
+
+BOARD_DIR = "board"
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,19 @@ def prepare(root: str | Path, pod_uid: str, container: str) -> Path:
         if not stat.S_ISDIR(st.st_mode):
             raise OSError(f"{p}: exists and is not a directory; remove it")
         os.chmod(p, 0o755)  # mkdir's mode is cut by the umask; older agents made 1777
+    return d
+
+
+def prepare_board(state_dir: str | Path) -> Path:
+    """Create (or keep) the node's board directory, `<state-dir>/board`, mode 1777: every
+    container's library (any uid) creates its GPU's board file there, and the sticky bit keeps
+    a tenant from removing or renaming another's file. Refuses a symlink in the way."""
+    d = Path(state_dir) / BOARD_DIR
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(d, 0o755)
+    if not stat.S_ISDIR(os.lstat(d).st_mode):
+        raise OSError(f"{d}: exists and is not a directory; remove it")
+    os.chmod(d, 0o1777)  # mkdir's mode is cut by the umask
     return d
 
 

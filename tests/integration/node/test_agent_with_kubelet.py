@@ -3,6 +3,7 @@ server holds them; registration, restarts, health, Allocate, and the PodResource
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -90,6 +91,12 @@ async def test_interleaved_pods_each_get_their_own_assignment_and_are_marked_all
     region = node.state / "regions" / a["metadata"]["uid"] / "main"
     assert ("/var/run/gpuslice", str(region), False) in mounts_of(got_a["main"])
     assert region.is_dir() and (region.stat().st_mode & 0o7777) == 0o755
+    # and the node's board, which every container's library writes (root's, 1777 like /tmp)
+    board = node.state / "board"
+    assert ("/var/run/gpuslice-board", str(board), False) in mounts_of(got_a["main"])
+    assert ("/var/run/gpuslice-board", str(board), False) in mounts_of(got_c["main"])
+    assert board.is_dir() and (board.stat().st_mode & 0o7777) == 0o1777
+    assert board.stat().st_uid == os.geteuid(), "the agent owns it: no tenant can chmod it"
     # Allocate wrote each container's region with its assignment's limits (they win over env)
     x = Region.read(node.state / "regions" / b["metadata"]["uid"] / "x" / "region")
     assert [(d.uuid, d.limit) for d in x.devices if d.uuid] == [(gpu(1), 2000 << 20),

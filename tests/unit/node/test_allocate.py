@@ -20,7 +20,7 @@ from kubelet.pods import NODE, container, gpu, pod
 NOW = 1_800_000_000.0
 LAYOUT = Layout(library_host="/var/lib/gpuslice/lib/libgpuslice.so",
                 preload_host="/var/lib/gpuslice/lib/ld.so.preload",
-                regions_host="/var/lib/gpuslice/regions")
+                regions_host="/var/lib/gpuslice/regions", board_host="/var/lib/gpuslice/board")
 GPUS = {gpu(i): model.GPU(uuid=gpu(i), model="H100", memory_mib=81920, index=i, split_count=4)
         for i in range(4)}
 
@@ -30,7 +30,7 @@ def _answer(pods, resource, ids, layout=LAYOUT):
                   ids, layout)
 
 
-def test_a_container_gets_its_gpus_limits_in_device_order_and_the_three_mounts():
+def test_a_container_gets_its_gpus_limits_in_device_order_and_the_four_mounts():
     p = pod("p", [container("main", quantity=2, mem=4096, cores=30, priority=1)],
             {"main": [gpu(2), gpu(0)]}, at=NOW - 1)
     a = _answer([p], "nvidia.com/gpu", [f"{gpu(0)}::1", f"{gpu(2)}::3"])
@@ -48,7 +48,8 @@ def test_a_container_gets_its_gpus_limits_in_device_order_and_the_three_mounts()
     assert {(m.container_path, m.host_path, m.read_only) for m in a.mounts} == {
         ("/usr/local/gpuslice/lib/libgpuslice.so", LAYOUT.library_host, True),
         ("/etc/ld.so.preload", LAYOUT.preload_host, True),
-        ("/var/run/gpuslice", "/var/lib/gpuslice/regions/uid-p/main", False)}
+        ("/var/run/gpuslice", "/var/lib/gpuslice/regions/uid-p/main", False),
+        ("/var/run/gpuslice-board", "/var/lib/gpuslice/board", False)}
     assert a.cdi_devices == ()
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from gpuslice.errors import ShimError
 from gpuslice.node.settings import NodeConfig
-from gpuslice.shim import AGENT_REGION, MAGIC, REGION_SIZE, VERSION, Region, RegionSpec
+from gpuslice.shim import AGENT_BOARD, AGENT_REGION, MAGIC, REGION_SIZE, VERSION, Region, RegionSpec
 
 GPU_A = "GPU-0a000000-0000-0000-0000-000000000000"
 GPU_B = "GPU-0b000000-0000-0000-0000-000000000000"
@@ -62,5 +62,6 @@ def test_a_region_of_an_older_library_records_no_priority():
 def test_the_agent_mounts_the_region_where_the_library_looks_for_it():
     header = (Path(__file__).resolve().parents[3] / "native/src/config.h").read_text()
     assert f'#define GS_AGENT_REGION "{AGENT_REGION}"' in header, "shim.AGENT_REGION mirrors it"
+    assert f'#define GS_AGENT_BOARD "{AGENT_BOARD}"' in header, "shim.AGENT_BOARD mirrors it"
     assert f"{NodeConfig().container_region_dir}/region" == AGENT_REGION, (
         "the default containerRegionDir puts the region at the library's fixed path")

@@ -79,6 +79,23 @@ def test_prepare_refuses_a_file_where_a_directory_belongs(tmp_path):
         regions.prepare(tmp_path / "regions", "uid-a", "main")
 
 
+def test_the_board_directory_is_1777_whatever_the_umask_or_an_older_mode(tmp_path):
+    old = os.umask(0o077)
+    try:
+        d = regions.prepare_board(tmp_path)
+    finally:
+        os.umask(old)
+    assert d == tmp_path / "board" and (d.stat().st_mode & 0o7777) == 0o1777
+    d.chmod(0o700)  # a restart puts it right
+    assert (regions.prepare_board(tmp_path).stat().st_mode & 0o7777) == 0o1777
+
+
+def test_the_board_directory_is_never_a_symlink(tmp_path):
+    (tmp_path / "board").symlink_to("/etc")
+    with pytest.raises(OSError, match="not a directory"):
+        regions.prepare_board(tmp_path)
+
+
 @pytest.mark.parametrize("have", [("a", "b"), ("a",), ("b",), ()], ids=str)
 def test_swap_exchanges_whatever_directories_exist(tmp_path, have):
     for uid in have:
