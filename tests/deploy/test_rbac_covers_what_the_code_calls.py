@@ -11,11 +11,9 @@ Test infrastructure (the test's admin client, the kubelet emulator) sends no tok
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
-import shutil
 import ssl
 import sys
 import time
@@ -47,7 +45,7 @@ from gpuslice.webhook.certgen import certgen, write_dir
 from gpuslice.webhook.certs import ensure
 from gpuslice.webhook.command import Server
 from kubelet.emulator import Kubelet, short_dir
-from kubelet.nodeharness import wait_for
+from kubelet.nodeharness import agent_paths, started_agent, wait_for
 from kubelet.pods import NODE, container, gpu, pod
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "integration" / "scheduler"))
@@ -210,27 +208,11 @@ async def agent_on_node(client: AsyncClient, objs: list[dict[str, Any]],
     """The node agent with the chart's configuration (host paths moved to a temporary folder)
     and 2 fake GPUs, registered with the kubelet emulator."""
     base = Path(short_dir())
-    lib = base / "libgpuslice.so"
-    lib.write_bytes(b"\x7fELF not really")
     cfg = node_settings.load(config_file(objs, "-node-agent", "node-agent.yaml", tmp_path),
                              environ={"GPUSLICE_NODE_NODE_NAME": NODE}, flags={
-        "devicePluginDir": str(base / "dp"), "stateDir": str(base / "state"),
-        "podResourcesSocket": str(base / "pr.sock"), "metricsAddress": "127.0.0.1:0",
-        "splitCount": 4, "verifyIntervalSeconds": 0.1})
-    backend = FakeBackend.with_count(2)
-    agent = Agent(cfg, backend, client, library=lib)
-    agent.kubelet.poll_s = 0.05
-    kubelet = Kubelet(str(base / "dp"), str(base / "pr.sock"))
-    await kubelet.start()
-    task = asyncio.create_task(agent.run())
-    try:
-        yield agent, kubelet, backend
-    finally:
-        agent.stop()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 10)
-        await kubelet.stop()
-        shutil.rmtree(base, ignore_errors=True)
+        **agent_paths(base), "splitCount": 4, "verifyIntervalSeconds": 0.1})
+    async with started_agent(cfg, client, base) as running:
+        yield running
 
 
 async def test_the_node_agent_is_granted_exactly_what_it_calls(kube_api, tmp_path):
