@@ -34,6 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
+from allocator_bench import pct  # the same percentile as the in-process figures
 from gpuslice import codec, handoff, model
 from gpuslice.allocator import parse_policy
 from gpuslice.scheduler.app import make_app
@@ -134,11 +135,6 @@ def serve(app: web.Application) -> tuple[int, int]:
     port = int(os.read(read_fd, 16))
     os.close(read_fd)
     return port, pid
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
 
 def main() -> int:
