@@ -12,9 +12,11 @@ import fcntl
 import functools
 import os
 import queue
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -364,6 +366,23 @@ class Harness:
 
     def fake(self) -> FakeState:
         return FakeState(self.fake_state)
+
+
+@contextmanager
+def dir_for_every_uid(gs: Harness, prefix: str, mode: int) -> Iterator[Path]:
+    """A directory under /tmp (pytest's tmp_path is root-only) holding a copy of the probe and
+    the fake driver's state, writable by every uid as the GPU is; removed afterwards. For the
+    tests that run processes under other uids."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    try:
+        path.chmod(mode)
+        shutil.copy2(gs.bins["probe"], path / "probe")
+        state = path / "fake.state"
+        state.touch()
+        state.chmod(0o666)
+        yield path
+    finally:
+        shutil.rmtree(path)
 
 
 class Spawned:

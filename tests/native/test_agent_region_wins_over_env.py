@@ -16,7 +16,6 @@ import os
 import shutil
 import struct
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -30,6 +29,7 @@ from harness import (
     MiB,
     Result,
     Spawned,
+    dir_for_every_uid,
     read_line,
 )
 
@@ -73,18 +73,10 @@ pytestmark = pytest.mark.skipif(_cannot_emulate_a_container(),
 def node(gs: Harness) -> Iterator[Path]:
     """A host directory every uid can reach: the agent's region directory for one container, the
     fake driver's state (writable by all, as the GPU is) and a copy of the probe."""
-    path = Path(tempfile.mkdtemp(prefix="gpuslice-agent-", dir="/tmp"))
-    try:
-        path.chmod(0o755)
-        shutil.copy2(gs.bins["probe"], path / "probe")
-        state = path / "fake.state"
-        state.touch()
-        state.chmod(0o666)
+    with dir_for_every_uid(gs, "gpuslice-agent-", 0o755) as path:
         regions.place(regions.prepare(path / "regions", "uid-p", "main") / "region", SPEC)
         regions.prepare_board(path)
         yield path
-    finally:
-        shutil.rmtree(path)
 
 
 def _region_dir(node: Path) -> Path:

@@ -6,14 +6,20 @@ non-root process as uid/gid 65534 (needs root, as CI containers and this machine
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, Harness, MiB, Result, read_line
+from harness import (
+    CUDA_ERROR_OUT_OF_MEMORY,
+    CUDA_SUCCESS,
+    Harness,
+    MiB,
+    Result,
+    dir_for_every_uid,
+    read_line,
+)
 
 NOBODY = 65534
 CUDA_ERROR_OPERATING_SYSTEM = 304
@@ -25,16 +31,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching uid needs r
 def shared(gs: Harness) -> Iterator[Path]:
     """A directory every uid can reach (pytest's tmp_path is root-only), holding the region, the
     fake driver's state (writable by all, as the GPU is) and a copy of the probe."""
-    path = Path(tempfile.mkdtemp(prefix="gpuslice-uids-", dir="/tmp"))
-    try:
-        path.chmod(0o777)
-        shutil.copy2(gs.bins["probe"], path / "probe")
-        state = path / "fake.state"
-        state.touch()
-        state.chmod(0o666)
+    with dir_for_every_uid(gs, "gpuslice-uids-", 0o777) as path:
         yield path
-    finally:
-        shutil.rmtree(path)
 
 
 def _env(gs: Harness, shared: Path) -> dict[str, str]:
