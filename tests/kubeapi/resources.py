@@ -57,6 +57,11 @@ RESOURCES: tuple[ResourceType, ...] = (
         "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
         "ValidatingWebhookConfiguration", False,
     ),
+    ResourceType("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
+    ResourceType("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, ("status",)),
+    ResourceType("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate",
+                 True),
+    ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
 )
 
 BY_PATH: dict[tuple[str, str, str], ResourceType] = {

@@ -1,7 +1,8 @@
 """Label and field selectors, parsed and matched the way kube-apiserver does.
 Owns: `labelSelector` (=, ==, !=, in, notin, exists, !exists; comma = AND) and `fieldSelector`
 (=, ==, != on the fields each type supports: metadata.name/namespace everywhere, plus
-spec.nodeName, spec.schedulerName, status.phase... on pods, involvedObject.* on events).
+spec.nodeName, spec.schedulerName, status.phase... on pods, involvedObject.* on events,
+spec.nodeName and spec.driver on resourceslices).
 On bad input: ApiProblem 400 with the server's wording ("unable to parse requirement",
 "field label not supported: x").
 Tests: tests/integration/kubeapi/test_selectors_filter_lists_and_watches.py"""
@@ -32,7 +33,7 @@ EVENT_FIELDS = (
 )
 EXTRA_FIELDS: dict[str, tuple[str, ...]] = {
     "Pod": POD_FIELDS, "Event": EVENT_FIELDS, "Node": ("spec.unschedulable",),
-    "Namespace": ("status.phase",),
+    "Namespace": ("status.phase",), "ResourceSlice": ("spec.nodeName", "spec.driver"),
 }
 
 

@@ -1,7 +1,8 @@
 """Type checks of request bodies, as Go's JSON decoding into typed structs does them.
 Owns: the JSON type of the fields the server reads (metadata, pod and node fields, leases,
-events, webhook configurations): a string where a string is due, a map of strings for labels,
-a list of objects for containers... null is allowed anywhere (Go decodes it to zero).
+events, webhook configurations, the resource.k8s.io fields gpuslice uses): a string where a
+string is due, a map of strings for labels, a list of objects for containers... null is
+allowed anywhere (Go decodes it to zero).
 Does not: check values (objects.py validates those, with 422).
 On a mismatch: 400 BadRequest worded like the real one ("... cannot be handled as a Pod:
 json: cannot unmarshal number into Go struct field ... of type string").
@@ -50,6 +51,24 @@ _SHAPES: dict[str, dict[str, Any]] = {
     "MutatingWebhookConfiguration": {"webhooks": objects({"name": STR})},
     "ValidatingWebhookConfiguration": {"webhooks": objects({"name": STR})},
 }
+_CLAIM_SPEC = {"devices": {"requests": objects({
+    "name": STR, "exactly": {"deviceClassName": STR, "allocationMode": STR, "count": INT,
+                             "capacity": {"requests": QUANTITIES}}})}}
+_DEVICE_REF = {"driver": STR, "pool": STR, "device": STR, "shareID": STR}
+_SHAPES.update({  # resource.k8s.io/v1: the fields gpuslice writes or reads
+    "ResourceSlice": {"spec": {
+        "driver": STR, "nodeName": STR, "allNodes": BOOL,
+        "pool": {"name": STR, "generation": INT, "resourceSliceCount": INT},
+        "devices": objects({"name": STR, "allowMultipleAllocations": BOOL})}},
+    "ResourceClaim": {"spec": _CLAIM_SPEC, "status": {
+        "allocation": {"devices": {"results": objects({
+            "request": STR, **_DEVICE_REF, "consumedCapacity": QUANTITIES})}},
+        "reservedFor": objects({"resource": STR, "name": STR, "uid": STR}),
+        "devices": objects(_DEVICE_REF)}},
+    "ResourceClaimTemplate": {"spec": {"spec": _CLAIM_SPEC}},
+    "DeviceClass": {"spec": {"selectors": objects({"cel": {"expression": STR}}),
+                             "extendedResourceName": STR}},
+})
 
 
 def check(rt: ResourceType, obj: Any) -> None:

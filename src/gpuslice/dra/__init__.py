@@ -1,0 +1,13 @@
+"""The DRA driver (`resource.k8s.io/v1`): kube-scheduler allocates shares of a GPU, gpuslice
+enforces them. One driver name for the slices, the DeviceClass, the kubelet plugin and CDI.
+
+Open first: slices.py (what a node publishes), then
+  slices.py     PURE: DeviceInfo list + health + memory scaling -> the node's ResourceSlice
+  publisher.py  create/update the slice, read it back (a gate-off server drops sharing
+                fields silently: say so loudly), remove it at uninstall
+  claims.py     PURE: a claim's allocation -> its shares on this node (the kubelet plugin's input)
+The contract between the two halves: docs/dra.md and the DRA section of WIRE.md.
+"""
+
+DRIVER = "gpu.gpuslice.io"
+"""The driver name: ResourceSlice spec.driver, allocation results' driver, the DeviceClass."""

@@ -1,0 +1,60 @@
+"""The resource.k8s.io/v1 types of the test API server take every DRA object a real v1.36
+server took (dra-samples/input) or returned (dra-samples/returned) and give it back unchanged:
+spec as sent, claim status as written through /status (either backend)."""
+
+from __future__ import annotations
+
+from kubeapi import dra_samples
+
+PLURAL = {"ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
+          "ResourceClaimTemplate": "resourceclaimtemplates", "DeviceClass": "deviceclasses"}
+
+
+def _path(obj: dict) -> str:
+    ns = obj["metadata"].get("namespace")
+    where = f"namespaces/{ns or 'default'}/" if obj["kind"] in (
+        "ResourceClaim", "ResourceClaimTemplate") else ""
+    return f"/apis/resource.k8s.io/v1/{where}{PLURAL[obj['kind']]}"
+
+
+def test_the_samples_hold_every_dra_kind():
+    kinds = {obj["kind"] for folder in ("input", "returned")
+             for _, obj in dra_samples.load(folder)}
+    assert kinds == set(dra_samples.DRA_KINDS)
+
+
+async def test_every_sample_round_trips_through_the_server(raw):
+    for folder in ("input", "returned"):
+        for name, obj in dra_samples.load(folder):
+            code, made = await raw.call("POST", _path(obj), dra_samples.sent(obj))
+            assert code == 201, (name, made)
+            url = f"{_path(obj)}/{made['metadata']['name']}"
+            assert made["spec"] == obj["spec"], f"{name}: the spec comes back as sent"
+            assert made["metadata"].get("finalizers") == obj["metadata"].get("finalizers")
+            if obj.get("status"):
+                code, written = await raw.call("PUT", f"{url}/status",
+                                               {**made, "status": obj["status"]})
+                assert code == 200, (name, written)
+            code, got = await raw.call("GET", url)
+            assert code == 200 and got["spec"] == obj["spec"], name
+            assert got.get("status") == (obj.get("status") or got.get("status")), name
+            await raw.call("PATCH", url, {"metadata": {"finalizers": None}},
+                           "application/merge-patch+json")
+            await raw.call("DELETE", url)
+
+
+async def test_resource_slices_are_listed_by_node_and_driver(raw):
+    for _, obj in dra_samples.load("input", ("ResourceSlice",)):
+        await raw.call("POST", _path(obj), dra_samples.sent(obj))
+    code, found = await raw.call("GET", "/apis/resource.k8s.io/v1/resourceslices",
+                                 fieldSelector="spec.nodeName=node-b,spec.driver=gpu.example.com")
+    assert code == 200
+    assert [s["metadata"]["name"] for s in found["items"]] == ["node-b-gpu.example.com"]
+
+
+async def test_a_slice_whose_generation_is_a_string_is_a_400(raw):
+    _, obj = dra_samples.load("input", ("ResourceSlice",))[0]
+    body = dra_samples.sent(obj)
+    body["spec"]["pool"]["generation"] = "1"
+    code, reply = await raw.call("POST", _path(obj), body)
+    assert code == 400 and "ResourceSlice.spec.pool.generation of type int64" in reply["message"]
