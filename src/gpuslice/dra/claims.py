@@ -1,0 +1,162 @@
+"""PURE: a ResourceClaim's allocation -> the shares this node must enforce (the kubelet plugin's
+input), and the claim's region limits.
+
+Owns: reading `status.allocation.devices.results[]` (entries of our driver and this node's
+pool), both result shapes (a share: `consumedCapacity` + `shareID`; an exclusive device, or a
+server with DRAConsumableCapacity off: neither = the whole device), memory rounding (UP to MiB),
+and checking each result against the devices this node publishes (slices.py's names and sizes).
+Does not: talk to the API (plugin.py fetches the claim) or write anything (cdi.py, regions).
+Invariants: the limits are `consumedCapacity` (what the scheduler counted), never the request;
+cores 100 = no compute limit; one region per claim, one cap per GPU (two shares of one claim on
+one GPU add up), sm_limit = the largest cores of its GPUs.
+Failure: DraError naming the claim, the device and what to do.
+Tests: tests/unit/dra/test_claims.py (golden: tests/golden/dra-samples/returned/)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuslice import model
+from gpuslice.errors import GpusliceError
+from gpuslice.quantity import QuantityError, parse_quantity
+from gpuslice.shim import RegionSpec
+
+__all__ = ["ClaimShares", "DraError", "NodeDevice", "Share", "device_name", "node_devices",
+           "region_spec", "shares"]
+
+MiB = 1 << 20
+FULL_CORES = 100
+
+
+class DraError(GpusliceError):
+    """A claim cannot be prepared on this node; the message reaches the pod's events."""
+
+
+@dataclass(frozen=True)
+class NodeDevice:
+    """A GPU as this node publishes it in its ResourceSlice."""
+
+    name: str  # gpu-<nvml index>
+    uuid: str
+    index: int
+    memory_mib: int  # the published capacity: scaled memory rounded down to the step
+    healthy: bool
+
+
+@dataclass(frozen=True)
+class Share:
+    """One allocation result of this node: a device, its limits and the share it is."""
+
+    request: str
+    device: str
+    uuid: str
+    memory_mib: int
+    cores: int  # 1..100; 100 = no compute limit
+    share_id: str | None  # None: the whole device (no consumedCapacity)
+
+
+@dataclass(frozen=True)
+class ClaimShares:
+    uid: str
+    namespace: str
+    name: str
+    shares: tuple[Share, ...]
+    pods: tuple[tuple[str, str], ...]  # (name, uid) of the pods in status.reservedFor
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def device_name(index: int) -> str:
+    return f"gpu-{index}"
+
+
+def node_devices(gpus: Sequence[model.GPU], step_mib: int) -> dict[str, NodeDevice]:
+    """The devices this node publishes, by name (hidden GPUs are not in `gpus`)."""
+    return {device_name(g.index): NodeDevice(device_name(g.index), g.uuid, g.index,
+                                             g.memory_mib // step_mib * step_mib, g.healthy)
+            for g in gpus}
+
+
+def _capacity(value: Any, *, where: str, what: str) -> Any:
+    try:
+        return parse_quantity(value, field=f"{where} consumedCapacity.{what}")
+    except QuantityError as exc:
+        raise DraError(f"{exc}; the claim's allocation is malformed: delete the pod and the "
+                       "claim so that the scheduler allocates it again") from None
+
+
+def _share(r: Mapping[str, Any], dev: NodeDevice, where: str) -> Share:
+    consumed = r.get("consumedCapacity")
+    memory, cores = dev.memory_mib, FULL_CORES
+    if isinstance(consumed, Mapping):
+        if "memory" in consumed:
+            memory = math.ceil(_capacity(consumed["memory"], where=where, what="memory") / MiB)
+        if "cores" in consumed:
+            cores = math.ceil(_capacity(consumed["cores"], where=where, what="cores"))
+    elif consumed is not None:
+        raise DraError(f"{where}: consumedCapacity is not a map; delete the pod and the claim so "
+                       "that the scheduler allocates it again")
+    if not 0 < memory <= dev.memory_mib or not 0 < cores <= FULL_CORES:
+        raise DraError(f"{where}: consumes {memory} MiB / {cores} cores of {dev.name}, which "
+                       f"publishes {dev.memory_mib} MiB / {FULL_CORES}; the slice changed since "
+                       "the scheduler allocated (memoryScaling or memoryStepMiB): delete the pod "
+                       "and the claim so that it is allocated again")
+    share_id = r.get("shareID")
+    return Share(str(r.get("request", "")), dev.name, dev.uuid, memory, cores,
+                 str(share_id) if share_id else None)
+
+
+def shares(claim: Mapping[str, Any], *, driver: str, node: str,
+           devices: Mapping[str, NodeDevice]) -> ClaimShares:
+    """The claim's shares on this node; DraError if any of them cannot be honoured here."""
+    meta = claim.get("metadata") or {}
+    key = f"claim {meta.get('namespace', '')}/{meta.get('name', '')}"
+    status = claim.get("status") or {}
+    alloc = status.get("allocation")
+    if not isinstance(alloc, Mapping):
+        raise DraError(f"{key}: not allocated (status.allocation is empty); the kubelet prepares "
+                       "claims only after the scheduler allocated them: check the claim's pod "
+                       "was scheduled by kube-scheduler with DRA enabled")
+    results = (alloc.get("devices") or {}).get("results") or []
+    ours = [r for r in results if isinstance(r, Mapping) and r.get("driver") == driver]
+    mine = [r for r in ours if r.get("pool") == node]
+    if not mine:
+        pools = sorted({str(r.get("pool")) for r in ours})
+        raise DraError(f"{key}: none of its {driver} devices is on node {node} (allocated in "
+                       f"pools {', '.join(pools) or 'none'}); the pod runs on another node than "
+                       "its claim was allocated for: delete the pod")
+    out = []
+    for r in mine:
+        where = f"{key} device {node}/{r.get('device')}"
+        dev = devices.get(str(r.get("device")))
+        if dev is None:
+            raise DraError(f"{where}: this node has no such GPU now (gone, hidden or renumbered; "
+                           f"it has {', '.join(sorted(devices)) or 'none'}); delete the pod and "
+                           "the claim so that the scheduler allocates a GPU that exists")
+        if not dev.healthy:
+            raise DraError(f"{where}: GPU {dev.uuid} is unhealthy (it is no longer published); "
+                           "delete the pod and the claim so that another GPU is allocated")
+        out.append(_share(r, dev, where))
+    pods = tuple((str(p.get("name", "")), str(p.get("uid", "")))
+                 for p in status.get("reservedFor") or []
+                 if isinstance(p, Mapping) and p.get("resource") == "pods")
+    return ClaimShares(str(meta.get("uid", "")), str(meta.get("namespace", "")),
+                       str(meta.get("name", "")), tuple(out), pods)
+
+
+def region_spec(c: ClaimShares, *, compute_mode: str = "hard") -> RegionSpec:
+    """The claim's region: its GPUs in first-seen order, each with the memory of its shares
+    (two shares of one claim on one GPU add up) and the largest cores as sm_limit."""
+    memory: dict[str, int] = {}
+    cores: dict[str, int] = {}
+    for s in c.shares:
+        memory[s.uuid] = memory.get(s.uuid, 0) + s.memory_mib
+        cores[s.uuid] = min(FULL_CORES, cores.get(s.uuid, 0) + s.cores)
+    return RegionSpec(device_uuids=tuple(memory), limits=tuple(m * MiB for m in memory.values()),
+                      sm_limit=max(cores.values()), compute_mode=compute_mode)
