@@ -54,6 +54,7 @@ class Share:
     request: str
     device: str
     uuid: str
+    index: int  # NVML index: /dev/nvidia<index>
     memory_mib: int
     cores: int  # 1..100; 100 = no compute limit
     share_id: str | None  # None: the whole device (no consumedCapacity)
@@ -108,7 +109,7 @@ def _share(r: Mapping[str, Any], dev: NodeDevice, where: str) -> Share:
                        "the scheduler allocated (memoryScaling or memoryStepMiB): delete the pod "
                        "and the claim so that it is allocated again")
     share_id = r.get("shareID")
-    return Share(str(r.get("request", "")), dev.name, dev.uuid, memory, cores,
+    return Share(str(r.get("request", "")), dev.name, dev.uuid, dev.index, memory, cores,
                  str(share_id) if share_id else None)
 
 

@@ -38,24 +38,26 @@ def shares_of(claim: dict, node: str = "node-a", devices=None) -> claims.ClaimSh
 
 @pytest.mark.parametrize(("claim", "node", "expected"), [
     pytest.param("share-claim-1", "node-a",
-                 [Share("gpu", "gpu-0", UUID0, 30 * GIB, 40,
+                 [Share("gpu", "gpu-0", UUID0, 0, 30 * GIB, 40,
                         "e4db67a0-2f6c-4a9a-8e46-36279f468e0e")], id="a 30Gi / 40 share"),
     pytest.param("rounding-claim", "node-a",
-                 [Share("gpu", "gpu-0", UUID0, 2 * GIB, 3,
+                 [Share("gpu", "gpu-0", UUID0, 0, 2 * GIB, 3,
                         "87bcd72d-f13e-41d3-9a7c-5f025e3db897")],
                  id="1500Mi / 2500m asked, consumedCapacity 2Gi / 3 enforced"),
     pytest.param("nocap-claim", "node-a",
-                 [Share("gpu", "gpu-0", UUID0, GIB, 1, "31688fad-6f38-4dbc-a5cd-4f0ffe61421c")],
+                 [Share("gpu", "gpu-0", UUID0, 0, GIB, 1, "31688fad-6f38-4dbc-a5cd-4f0ffe61421c")],
                  id="no capacity asked: the policy default consumed"),
     pytest.param("c-share-1-claim", "node-c",
-                 [Share("gpu", "gpu-0", UUID0, 80 * GIB, 100, None)],
+                 [Share("gpu", "gpu-0", UUID0, 0, 80 * GIB, 100, None)],
                  id="exclusive device: no consumedCapacity, no shareID = the whole GPU"),
     pytest.param("distinct-claim", "node-a",
-                 [Share("a", "gpu-0", UUID0, 10 * GIB, 10, "b5f579ed-8a8d-47e6-b02d-92078d379a2e"),
-                  Share("b", "gpu-1", UUID1, 10 * GIB, 10, "d3a28bba-3c7c-4c8b-9462-c1035b1cae5f")],
+                 [Share("a", "gpu-0", UUID0, 0, 10 * GIB, 10,
+                        "b5f579ed-8a8d-47e6-b02d-92078d379a2e"),
+                  Share("b", "gpu-1", UUID1, 1, 10 * GIB, 10,
+                        "d3a28bba-3c7c-4c8b-9462-c1035b1cae5f")],
                  id="two requests on two GPUs"),
     pytest.param("ext-pod-1-extended-resources-cq66q", "node-a",
-                 [Share("container-0-request-0", "gpu-0", UUID0, GIB, 1,
+                 [Share("container-0-request-0", "gpu-0", UUID0, 0, GIB, 1,
                         "263b859e-6da0-4c4b-8a30-1f9f136f3224")],
                  id="the scheduler's extended-resource claim"),
 ])
@@ -131,8 +133,9 @@ def test_node_devices_publish_memory_rounded_down_to_the_step_and_keep_unhealthy
 
 def test_the_region_holds_each_gpu_once_with_its_shares_added_and_the_largest_cores():
     c = claims.ClaimShares("u", "ns", "c", (
-        Share("a", "gpu-0", UUID0, 1024, 20, "s1"), Share("b", "gpu-1", UUID1, 2048, 30, "s2"),
-        Share("c", "gpu-0", UUID0, 512, 90, "s3")), ())
+        Share("a", "gpu-0", UUID0, 0, 1024, 20, "s1"),
+        Share("b", "gpu-1", UUID1, 1, 2048, 30, "s2"),
+        Share("c", "gpu-0", UUID0, 0, 512, 90, "s3")), ())
     spec = claims.region_spec(c, compute_mode="work-conserving")
     assert spec.device_uuids == (UUID0, UUID1)
     assert spec.limits == (1536 << 20, 2048 << 20)
