@@ -420,6 +420,9 @@ static void sim_proc_run(struct sim *S, struct sim_proc *p)
             gs_meter_set_others(&p->meter, gs_board_tick(&p->board, S->now));
 #endif
         int64_t w = gs_meter_admit(&p->meter, S->now);
+#ifdef GS_BOARD_HAS_INFLIGHT
+        gs_board_set_inflight(&p->board, p->meter.inflight_ns);
+#endif
         if (w > 0) {
             if (w < c->min_sleep_ns)
                 w = c->min_sleep_ns;
@@ -454,6 +457,9 @@ static void sim_proc_run(struct sim *S, struct sim_proc *p)
         uint64_t lkey = p->c.keys > 0 && !p->c.hide_keys
                             ? gs_clean_key((uint64_t)(p - S->p) + 1, (uint64_t)key, 0) : 0;
         gs_meter_after_key(&p->meter, (uintptr_t)s, kind, lkey, S->now);
+#ifdef GS_BOARD_HAS_INFLIGHT
+        gs_board_set_inflight(&p->board, p->meter.inflight_ns);
+#endif
 #else
         gs_meter_after(&p->meter, (uintptr_t)s, kind, S->now);
 #endif

@@ -54,6 +54,7 @@ static int gs_board_claim(struct gs_board_client *c, int64_t now)
             atomic_store(&s->mode, (uint32_t)c->mode);
             atomic_store(&s->pid, (uint32_t)c->pid);
             atomic_store(&s->busy_ns, 0);
+            atomic_store(&s->inflight_ns, 0);
             atomic_store(&s->heartbeat_ns, (uint64_t)now);
             return i;
         }
@@ -63,16 +64,24 @@ static int gs_board_claim(struct gs_board_client *c, int64_t now)
 
 static void gs_board_read(struct gs_board_client *c, int64_t now)
 {
-    struct gs_meter_others o = {0, 0, 0};
+    struct gs_meter_others o = {0};
     for (int i = 0; i < GS_BOARD_SLOTS; i++) {
         struct gs_board_slot *s = &c->board->slot[i];
-        if (atomic_load_explicit(&s->owner, memory_order_relaxed) == 0 ||
-            atomic_load_explicit(&s->tenant_id, memory_order_relaxed) == c->tenant_id)
+        uint64_t owner = atomic_load_explicit(&s->owner, memory_order_relaxed);
+        if (owner == 0 || owner == c->token)
             continue;
         int64_t beat = (int64_t)atomic_load_explicit(&s->heartbeat_ns, memory_order_relaxed);
         if (gs_board_age(now, beat) >= GS_BOARD_FRESH_NS)
             continue;
-        o.busy_ns += atomic_load_explicit(&s->busy_ns, memory_order_relaxed);
+        uint64_t busy = atomic_load_explicit(&s->busy_ns, memory_order_relaxed);
+        if (atomic_load_explicit(&s->tenant_id, memory_order_relaxed) == c->tenant_id) {
+            o.peers++; /* a process of this container: shares our budget, never yielded to */
+            o.peers_busy_ns += busy;
+            int64_t fl = atomic_load_explicit(&s->inflight_ns, memory_order_relaxed);
+            o.peers_inflight_ns += fl > 0 ? fl : 0;
+            continue;
+        }
+        o.busy_ns += busy;
         if (atomic_load_explicit(&s->priority, memory_order_relaxed) == 0)
             o.high = 1;
         else
@@ -101,6 +110,13 @@ struct gs_meter_others gs_board_tick(struct gs_board_client *c, int64_t now, uin
         c->last_read = now;
     }
     return c->others;
+}
+
+void gs_board_set_inflight(struct gs_board_client *c, int64_t inflight_ns)
+{
+    if (c->board && c->slot >= 0)
+        atomic_store_explicit(&c->board->slot[c->slot].inflight_ns, inflight_ns,
+                              memory_order_relaxed);
 }
 
 void gs_board_client_forked(struct gs_board_client *c, uint64_t token, int pid)

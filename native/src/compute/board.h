@@ -33,7 +33,9 @@ struct gs_board_slot {
     _Atomic uint32_t pid;          /* informational (pid in its own namespace) */
     _Atomic uint64_t busy_ns;      /* GPU ns the process charged so far (refreshed with the beat;
                                     * others bound their time-slice correction by it) */
-    uint8_t reserved[16];
+    _Atomic int64_t inflight_ns;   /* GPU ns it launched and has not debited yet (every tick:
+                                    * processes of one container admit against their sum) */
+    uint8_t reserved[8];
 };
 
 struct gs_board {
@@ -61,6 +63,9 @@ void gs_board_client_init(struct gs_board_client *c, struct gs_board *board, uin
 /* Call at every launch/wait (demand = 1) with this process's charged GPU ns so far.
  * Returns the cached view of others' demand. */
 struct gs_meter_others gs_board_tick(struct gs_board_client *c, int64_t now, uint64_t busy_ns);
+#define GS_BOARD_HAS_INFLIGHT 1
+/* Publish this process's in-flight estimate (after each admit/launch; one relaxed store). */
+void gs_board_set_inflight(struct gs_board_client *c, int64_t inflight_ns);
 /* In a fork child: another process, with its own token and pid; it claims a slot of its own
  * (the parent keeps the one it holds). */
 void gs_board_client_forked(struct gs_board_client *c, uint64_t token, int pid);

@@ -56,6 +56,7 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
         if (cm->board.board)
             gs_meter_set_others(&cm->meter, gs_board_tick(&cm->board, now, cm->meter.busy_total));
         int64_t w = gs_meter_admit(&cm->meter, now);
+        gs_board_set_inflight(&cm->board, cm->meter.inflight_ns);
         if (w > 0 && waited >= GS_THROTTLE_MAX_WAIT_NS) {
             GS_LOG_ONCE(GS_LOG_WARN, "compute: a launch was held back %lld ms, longer than any "
                         "budget debt; letting it go (budget times from another clock?)",
@@ -86,6 +87,7 @@ static void gs_gate_close(struct gs_gate *g, enum gs_launch_kind kind, CUresult 
         return; /* the batch's end event still marks its last successful launch */
     pthread_mutex_lock(&g->cm->mu);
     gs_meter_after_key(&g->cm->meter, g->stream, kind, g->key, gs_compute_now_ns());
+    gs_board_set_inflight(&g->cm->board, g->cm->meter.inflight_ns);
     pthread_mutex_unlock(&g->cm->mu);
 }
 

@@ -166,6 +166,19 @@ void gs_meter_poll(struct gs_meter *m, int64_t now)
         atomic_store_explicit(&m->proc->inflight_ns, m->inflight_ns, GS_RELAXED);
 }
 
+/* 1 if this process charged more than its peers' average in the current fairness window. */
+static int gs_meter_ahead(struct gs_meter *m, int64_t now)
+{
+    if (m->peers == 0)
+        return 0;
+    if (now - m->fair_start >= GS_METER_FAIR_NS || m->peers_busy_ns < m->fair_peers0) {
+        m->fair_start = now; /* new window (or a peer left: its total dropped out of the sum) */
+        m->fair_mine0 = m->busy_total;
+        m->fair_peers0 = m->peers_busy_ns;
+    }
+    return (m->busy_total - m->fair_mine0) * (uint64_t)m->peers > m->peers_busy_ns - m->fair_peers0;
+}
+
 int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
 {
     gs_meter_poll(m, now);
@@ -173,12 +186,16 @@ int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
         return GS_METER_POLL_NS; /* GPU far behind, or cost still unknown: measure first */
     if (m->borrowing)
         return m->inflight_ns > GS_METER_BORROW_INFLIGHT_NS ? GS_METER_POLL_NS : 0;
-    int64_t wait = gs_budget_wait_ns(m->dev, m->pct, now, m->inflight_ns);
+    /* the bucket is the container's: the work its other processes have in flight is owed too */
+    int64_t inflight = m->inflight_ns + m->peers_inflight_ns;
+    int64_t wait = gs_budget_wait_ns(m->dev, m->pct, now, inflight);
     if (wait > 0) { /* held back: sleep until a quantum more has accrued (re-planned each call) */
         int64_t quantum = GS_BUDGET_WINDOW_NS * m->pct / 100 / 5;
         if (quantum > GS_METER_QUANTUM_NS)
             quantum = GS_METER_QUANTUM_NS;
-        m->held_until = now + gs_budget_wait_ns(m->dev, m->pct, now, m->inflight_ns + quantum);
+        if (gs_meter_ahead(m, now))
+            quantum *= 2;
+        m->held_until = now + gs_budget_wait_ns(m->dev, m->pct, now, inflight + quantum);
     }
     return now < m->held_until ? m->held_until - now : 0;
 }
@@ -288,7 +305,12 @@ void gs_meter_note_wait(struct gs_meter *m, int64_t ns)
 
 void gs_meter_set_others(struct gs_meter *m, struct gs_meter_others others)
 {
-    gs_clean_others(&m->clean, others.high || others.low, others.busy_ns);
+    /* another context with work (another tenant, or a process of this one) slices the GPU */
+    gs_clean_others(&m->clean, others.high || others.low || others.peers,
+                    others.busy_ns + others.peers_busy_ns);
+    m->peers_inflight_ns = others.peers_inflight_ns;
+    m->peers = others.peers;
+    m->peers_busy_ns = others.peers_busy_ns;
     int b = gs_budget_may_borrow(m->work_conserving, m->priority, others.high, others.low);
     if (b != m->borrowing) {
         m->borrowing = b;

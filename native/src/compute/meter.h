@@ -33,6 +33,10 @@
  * (bucket - in flight >= 0), so processes sharing a bucket cannot starve each other. Never
  * more than a fifth of the bucket. */
 #define GS_METER_QUANTUM_NS 500000LL
+/* Processes of one container share its bucket; whoever wakes first would take it. A process
+ * that charged more than the average of its peers since the window opened waits for twice the
+ * quantum, so the one behind wakes first (the window restarts every 200 ms). */
+#define GS_METER_FAIR_NS 200000000LL
 
 enum gs_launch_kind { GS_LAUNCH_KERNEL = 0, GS_LAUNCH_GRAPH = 1 };
 
@@ -65,8 +69,14 @@ struct gs_batch {
 struct gs_span { int64_t s, e; };
 
 /* Node-wide demand of other tenants, filled by the board (or by a test): whether a tenant of
- * priority 0 / 1 has demand, and the total GPU ns the other tenants' processes published. */
-struct gs_meter_others { int high, low; uint64_t busy_ns; };
+ * priority 0 / 1 has demand, and the total GPU ns the other tenants' processes published;
+ * `peers` / `peers_busy_ns`: the same for the other processes of this container (one budget, so
+ * never a reason to yield, but their contexts time-slice with ours like another tenant's). */
+struct gs_meter_others {
+    int high, low, peers;            /* peers: how many */
+    uint64_t busy_ns, peers_busy_ns;
+    int64_t peers_inflight_ns;       /* GPU work the peers launched and have not yet debited */
+};
 
 /* gs_meter_after_key and the time-slice correction (clean.h) are available. */
 #define GS_METER_HAS_KEYS 1
@@ -84,6 +94,11 @@ struct gs_meter {
     struct gs_batch pending[GS_METER_PENDING];
     int n_pending;
     int64_t inflight_ns;             /* sum of est_ns of open + pending batches */
+    int64_t peers_inflight_ns;       /* the same of this container's other processes (board) */
+    int peers;                       /* this container's other processes with demand (board) */
+    uint64_t peers_busy_ns;          /* their published charged GPU ns */
+    int64_t fair_start;              /* fairness window between them (GS_METER_FAIR_NS) */
+    uint64_t fair_mine0, fair_peers0;
     int unknown;                     /* launches in flight made before any estimate existed */
     int64_t est_ns[2];               /* per-launch GPU cost estimate by kind, 0 = unknown */
     struct gs_span spans[GS_METER_SPANS];

@@ -18,7 +18,11 @@ BOARD_SIZE, SLOT, CLIENT = 64 + 64 * 64, 64, 256  # board.h (the client struct i
 
 
 class Others(ctypes.Structure):  # struct gs_meter_others (meter.h), returned by value
-    _fields_ = [("high", ctypes.c_int), ("low", ctypes.c_int), ("busy_ns", ctypes.c_uint64)]
+    _fields_ = [
+        *[(n, ctypes.c_int) for n in ("high", "low", "peers")],
+        *[(n, ctypes.c_uint64) for n in ("busy_ns", "peers_busy_ns")],
+        ("peers_inflight_ns", ctypes.c_int64),
+    ]
 
 
 @pytest.fixture(scope="module")
