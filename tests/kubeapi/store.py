@@ -290,13 +290,15 @@ class Store:
                 for o in items]
 
     def bind(self, ns: str, name: str, binding: Obj) -> None:
-        """POST pods/NAME/binding: set spec.nodeName once (409 if the pod is already bound)."""
+        """POST pods/NAME/binding: set spec.nodeName once and merge the Binding's annotations
+        (409 if the pod is already bound, or its uid / resourceVersion differ from the
+        Binding's metadata, kube-apiserver's preconditions)."""
         pods = BY_PATH[("", "v1", "pods")]
         meta = binding.get("metadata") or {}
         target = binding.get("target") or {}
         if not isinstance(meta, dict) or not isinstance(target, dict) or not all(
-                isinstance(v, str) for v in (*target.values(), meta.get("name", ""),
-                                             meta.get("uid", ""))) or not isinstance(
+                isinstance(v, str) for v in (*target.values(), *(meta.get(k, "") for k in (
+                    "name", "uid", "resourceVersion")))) or not isinstance(
                 meta.get("annotations") or {}, dict):
             raise errors.bad_request('Binding in version "v1" cannot be handled as a Binding: '
                                      "metadata and target must be objects of strings")
@@ -314,6 +316,12 @@ class Store:
             raise errors.conflict(pods, name, f"Precondition failed: UID in precondition: "
                                               f"{meta['uid']}, UID in object meta: "
                                               f"{pod['metadata']['uid']}", "binding")
+        if meta.get("resourceVersion") and meta["resourceVersion"] != pod["metadata"][
+                "resourceVersion"]:
+            raise errors.conflict(pods, name, "Precondition failed: ResourceVersion in "
+                                              f"precondition: {meta['resourceVersion']}, "
+                                              "ResourceVersion in object meta: "
+                                              f"{pod['metadata']['resourceVersion']}", "binding")
         if pod["spec"].get("nodeName"):
             raise errors.conflict(pods, name, f"pod {name} is already assigned to node "
                                               f"\"{pod['spec']['nodeName']}\"", "binding")

@@ -1,18 +1,19 @@
-"""The `bind` verb: choose the GPUs, write the assignment, then create the Binding.
+"""The `bind` verb: choose the GPUs, then bind the pod with its assignment in one write.
 
 Owns: `Binder.bind` — check the pod (same UID, not bound elsewhere), choose GPUs on the node the
 scheduler picked (filter.Evaluator, the in-flight rule included), hold them (ExtenderState.assume)
-so the next filter sees them at once, write gpuslice.io/assignment + gpuslice.io/bound-at in one
-merge patch guarded by the pod's resourceVersion, then POST the pod's binding subresource.
-Invariants: never a half-written assignment. On 409 or no answer the pod is read again and the
-step retried (a patch or Binding that did land is recognised by its bound-at / nodeName); when
-binding fails for good the annotations are removed again and the hold dropped. If the extender
-dies between the two writes, the state releases the unbound assignment after the in-flight
-timeout (state.py), and the scheduler's retry binds the pod afresh.
+so the next filter sees them at once, then POST the pod's binding subresource carrying
+gpuslice.io/assignment + gpuslice.io/bound-at as the Binding's annotations: the API server sets
+spec.nodeName and merges those annotations in one update, guarded by the pod's UID and the
+resourceVersion the GPUs were chosen from (kube-apiserver's BindingREST preconditions).
+Invariants: never a half-written assignment (there is one write). On 409 the pod is read again
+and, if still unbound, the GPUs chosen afresh; a request without an answer is sent again as it
+was, and a Binding that did land is recognised by its nodeName and bound-at. When binding fails
+for good the hold is dropped; nothing on the API needs undoing.
 Failure: returns the error text for the reply's `Error` (kube-scheduler retries the pod) and
 posts a Warning event `BindFailed` on the pod; never raises for API or pod problems.
-RBAC: get, patch pods; create pods/binding; create, patch events.
-Tests: tests/unit/scheduler/test_bind.py, tests/integration/scheduler/test_bind_conflict_retries.py
+RBAC: get pods; create pods/binding; create, patch events.
+Tests: tests/integration/scheduler/test_bind_conflict_retries.py, tests/unit/scheduler/test_app.py
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from gpuslice.errors import RequestError
 from gpuslice.kube import errors
 from gpuslice.kube.client import dict_view
 from gpuslice.kube.events import EventRecorder
-from gpuslice.kube.patch import patch_metadata
 from gpuslice.scheduler import wire
 from gpuslice.scheduler.filter import Evaluator
 
@@ -71,15 +71,12 @@ class Binder:
             if _node_name(pod) == args.Node:
                 return ""  # a retried bind whose Binding already landed
             if not self.ev.ours(pod):  # another profile's pod: bind it, place nothing
-                await self._post_binding(args)
+                await self._post_binding(args, pod, {})
                 return ""
-            annotations = self._choose(key, pod, args)
             try:
-                pod = await self._write(args, pod, annotations)
-                await self._post_binding(args)
-            except Exception:
-                self.state.forget(key)
-                await self._roll_back(args, annotations)
+                await self._bind_placed(key, args, pod)
+            except BaseException:
+                self.state.forget(key)  # what is bound shows in the watch and is held then
                 raise
         except (BindFailed, errors.APIError, RequestError) as exc:
             message = f"bind {key} to {args.Node}: {exc}"
@@ -88,10 +85,33 @@ class Binder:
                 self.recorder.emit({"apiVersion": "v1", "kind": "Pod", **pod}, "Warning",
                                    "BindFailed", message)
             return message
-        log.info("bound", extra={"pod": key, "node": args.Node})
+        log.debug("bound", extra={"pod": key, "node": args.Node})
         return ""
 
     # -- steps ---------------------------------------------------------------------------
+    async def _bind_placed(self, key: str, args: wire.BindingArgs,
+                           pod: Mapping[str, Any]) -> None:
+        """Choose, hold and bind. After a 409 (or no answer however often it was sent) read
+        the pod: bound there already (our own Binding whose answer was lost) is success;
+        unbound after a 409 means it changed, so choose again from the fresh copy."""
+        for attempt in range(self.attempts):
+            annotations = self._choose(key, pod, args)
+            try:
+                await self._post_binding(args, pod, annotations)
+                return
+            except (errors.Conflict, errors.Unavailable) as exc:
+                failure = exc
+            pod = await self._pod(args, fresh=True)  # BindFailed if bound elsewhere
+            if _node_name(pod) == args.Node:
+                if not _ours(pod, annotations):  # bound there by someone else: their GPUs
+                    self.state.forget(key)
+                return
+            self.state.forget(key)  # chosen again from the fresh pod, not counted twice
+            if isinstance(failure, errors.Unavailable) or attempt == self.attempts - 1:
+                raise failure
+            await asyncio.sleep(self.retry_delay_s * 2**attempt)
+        raise AssertionError("unreachable")
+
     async def _pod(self, args: wire.BindingArgs, *, fresh: bool) -> Mapping[str, Any]:
         """The pod (unless `fresh`: the watch's copy, else the one the filter got; a stale
         copy only costs a 409 and a read), checked to be the one the scheduler means and not
@@ -130,58 +150,30 @@ class Binder:
             raise BindFailed(f"the pod no longer fits there: {exc}") from None
         return annotations
 
-    async def _write(self, args: wire.BindingArgs, pod: Mapping[str, Any],
-                     annotations: dict[str, str]) -> Mapping[str, Any]:
-        """The guarded merge patch; on 409 / no answer read the pod again and retry."""
-        for attempt in range(self.attempts):
-            try:
-                return await patch_metadata(
-                    self.client, Pod, args.PodName, namespace=args.PodNamespace,
-                    annotations=annotations,
-                    resource_version=(pod.get("metadata") or {}).get("resourceVersion"))
-            except (errors.Conflict, errors.Unavailable):
-                if attempt == self.attempts - 1:
-                    raise
-            await asyncio.sleep(self.retry_delay_s * 2**attempt)
-            pod = await self._pod(args, fresh=True)
-            if _ours(pod, annotations):
-                return pod  # the write that timed out did land
-        raise AssertionError("unreachable")
-
-    async def _post_binding(self, args: wire.BindingArgs) -> None:
-        binding = _BINDING({"apiVersion": "v1", "kind": "Binding", "metadata": {
-            "name": args.PodName, "namespace": args.PodNamespace, "uid": args.PodUID},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": args.Node}})
+    async def _post_binding(self, args: wire.BindingArgs, pod: Mapping[str, Any],
+                            annotations: dict[str, str]) -> None:
+        """POST the Binding (with `annotations`, guarded by the pod's UID and the version they
+        were chosen from); one with no answer is sent again as it was. Conflict: the pod
+        changed or is bound; a 409 after a request without an answer may be that request's
+        own success, which the caller's fresh read recognises."""
+        metadata: dict[str, Any] = {"name": args.PodName, "namespace": args.PodNamespace,
+                                    "uid": args.PodUID}
+        if annotations:
+            metadata["annotations"] = annotations
+            version = (pod.get("metadata") or {}).get("resourceVersion")
+            if version:
+                metadata["resourceVersion"] = version
+        binding = _BINDING({"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
+                            "target": {"apiVersion": "v1", "kind": "Node", "name": args.Node}})
         for attempt in range(self.attempts):
             try:
                 with errors.translate(f"bind pod {args.PodNamespace}/{args.PodName}"):
                     await self.client.create(binding, args.PodName, namespace=args.PodNamespace)
                 return
-            except (errors.Conflict, errors.Unavailable):
-                # a 409 may be our own earlier Binding that answered too late: look
-                pod = await self._pod(args, fresh=True)
-                if _node_name(pod) == args.Node:
-                    return
+            except errors.Unavailable:
                 if attempt == self.attempts - 1:
                     raise
             await asyncio.sleep(self.retry_delay_s * 2**attempt)
-
-    async def _roll_back(self, args: wire.BindingArgs, annotations: dict[str, str]) -> None:
-        """Remove our annotations if they are still the ones we wrote (best effort: if this
-        fails too, the state releases the unbound assignment after the in-flight timeout)."""
-        key = f"{args.PodNamespace}/{args.PodName}"
-        try:
-            with errors.translate(f"get pod {key}"):
-                pod = dict(await self.client.get(dict_view(Pod), args.PodName,
-                                                 namespace=args.PodNamespace))
-            if not _ours(pod, annotations) or _node_name(pod):
-                return
-            await patch_metadata(self.client, Pod, args.PodName, namespace=args.PodNamespace,
-                                 annotations=dict.fromkeys(annotations),
-                                 resource_version=pod["metadata"].get("resourceVersion"))
-        except errors.APIError as exc:
-            log.warning("could not remove the assignment of a failed bind (released after the "
-                        "in-flight timeout): %s", exc, extra={"pod": key})
 
 
 def _uid(pod: Mapping[str, Any]) -> str:

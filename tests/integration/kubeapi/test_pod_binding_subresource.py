@@ -44,3 +44,19 @@ async def test_binding_annotations_are_copied_to_the_pod(raw):
     code, _ = await raw.bind("p", "node-a", annotations={"example.com/why": "test"})
     _, pod = await raw.call("GET", "/api/v1/namespaces/default/pods/p")
     assert code == 201 and pod["metadata"]["annotations"] == {"example.com/why": "test"}
+
+
+async def test_binding_from_an_outdated_resource_version_is_a_409_and_binds_nothing(raw):
+    version = (await raw.create(pod_body("p")))["metadata"]["resourceVersion"]
+    await raw.call("PATCH", "/api/v1/namespaces/default/pods/p",
+                   {"metadata": {"labels": {"changed": "yes"}}},
+                   content_type="application/merge-patch+json")
+    code, reply = await raw.bind("p", "node-a", resourceVersion=version,
+                                 annotations={"example.com/chosen-from": version})
+    assert code == 409 and "Precondition failed: ResourceVersion in precondition" in \
+        reply["message"], "the pod changed after the binding's choice was made"
+    _, pod = await raw.call("GET", "/api/v1/namespaces/default/pods/p")
+    assert "nodeName" not in pod["spec"] and "example.com/chosen-from" not in (
+        pod["metadata"].get("annotations") or {}), "nothing of a refused binding lands"
+    code, _ = await raw.bind("p", "node-a", resourceVersion=pod["metadata"]["resourceVersion"])
+    assert code == 201, "from the current version it binds"
