@@ -24,7 +24,14 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 LIMITS = (10, 30, 50, 70)
 PHASES = ("matmul", "small", "graph", "infer")
-PAIR_PHASES = "matmul,small,graph"  # two containers 30/70 on one GPU
+PAIR_PHASES = "matmul,small,graph"  # two containers 30/70 on one GPU (and three, 20/30/50)
+TRIO = (20, 30, 50)
+PAIR_SCENARIO, TRIO_SCENARIO = "pair-30/70", "three-20/30/50"
+SAME_SCENARIO = "same-container-2-procs"
+# work-conserving step response: a low-priority 30 % borrower alone, then a high-priority hard
+# 70 % tenant arrives; per-10 ms throughput of the arrival
+STEP_SCENARIO = "work-conserving-step"
+STEP_ARRIVE_S, STEP_CHUNK = 1.0, 20
 WARM_S, MEASURE_S, GAP_S = 0.4, 1.2, 0.1
 
 
@@ -102,6 +109,8 @@ def simulate() -> list[dict]:
                     "unlimited_gpu_share": round(rate, 4),
                     "window_err_pts": window_error(r["bins"], case.bin_ns, limit, rate),
                     "launches_per_event_pair": round(r["launches"] / max(1, r["batches"]), 1),
+                    "p50_ms": round(r["step_p50_ns"] / 1e6, 3),
+                    "p99_ms": round(r["step_p99_ns"] / 1e6, 3),
                 }
             )
         # two containers 30/70, GPU time-sliced between them; the last one also loses 100 us of
@@ -126,18 +135,80 @@ def simulate() -> list[dict]:
                         "max_1s_gpu_share": max_window_share(r["bins"], case.bin_ns),
                     }
                 )
+        case = sim.Case(
+            submit_ns=lat, procs=[sim.Proc(limit=lim, tenant=t, **kw) for t, lim in enumerate(TRIO)]
+        )
+        for lim, r in zip(TRIO, sim.run(case), strict=True):
+            cases.append(
+                {
+                    "mode": "simulate",
+                    "scenario": TRIO_SCENARIO,
+                    "workload": name,
+                    "limit": lim,
+                    "achieved": round(r["work_ns"] / base, 4),
+                    "max_1s_gpu_share": max_window_share(r["bins"], case.bin_ns),
+                }
+            )
         case = sim.Case(submit_ns=lat, procs=[sim.Proc(limit=50, tenant=0, **kw) for _ in range(2)])
-        rs = sim.run(case)
+        each = [r["work_ns"] / base for r in sim.run(case)]
         cases.append(
             {
                 "mode": "simulate",
-                "scenario": "same-container-2-procs",
+                "scenario": SAME_SCENARIO,
                 "workload": name,
                 "limit": 50,
-                "achieved": round(sum(r["work_ns"] for r in rs) / base, 4),
+                "achieved": round(sum(each), 4),
+                "per_process": [round(x, 4) for x in each],
             }
         )
+    cases += simulate_step(sim, lat)
     return cases
+
+
+def reach_ms(shares: list[float], bin_ms: float, target: float) -> float | None:
+    """Time (ms after arrival) from which every 50 ms window of the arriving tenant's
+    throughput stays within 3 points of its limit or above; None if it never does."""
+    per = max(1, round(50 / bin_ms))
+    means = [sum(shares[i : i + per]) / per for i in range(len(shares) - per + 1)]
+    for i in range(len(means)):
+        if all(m >= target - 0.03 for m in means[i:]):
+            return round(i * bin_ms, 1)
+    return None
+
+
+def simulate_step(sim, lat: int) -> list[dict]:
+    """Work-conserving step response: a low-priority 30 % tenant borrows the idle GPU, a
+    high-priority hard 70 % tenant arrives at 1.5 s; 10 ms bins of the arrival's throughput."""
+    kw = sim_workloads(sim)["small"]
+    bin_ns, arrive = 10 * sim.MS, 1500 * sim.MS
+    base_case = sim.Case(submit_ns=lat, procs=[sim.Proc(**kw)])
+    rate = sim.run(base_case)[0]["work_ns"] / (base_case.duration_ns - base_case.warmup_ns)
+    case = sim.Case(
+        submit_ns=lat,
+        bin_ns=bin_ns,
+        warmup_ns=500 * sim.MS,
+        duration_ns=3000 * sim.MS,
+        procs=[
+            sim.Proc(limit=30, tenant=0, work_conserving=True, priority=1, **kw),
+            sim.Proc(limit=70, tenant=1, priority=0, start_ns=arrive, **kw),
+        ],
+    )
+    low, high = sim.run(case)
+    at = (arrive - case.warmup_ns) // bin_ns
+    share = [b / bin_ns / rate for b in high["bins"][at:]]
+    borrowed = [b / bin_ns / rate for b in low["bins"][:at]]
+    return [
+        {
+            "mode": "simulate",
+            "scenario": STEP_SCENARIO,
+            "workload": "small",
+            "limit": 70,
+            "achieved": round(sum(share[10:]) / len(share[10:]), 4),
+            "reach_ms": reach_ms(share, 10, 0.70),
+            "first_100ms": [round(x, 2) for x in share[:10]],
+            "borrower_alone": round(sum(borrowed) / len(borrowed), 4),
+        }
+    ]
 
 
 # ---------------------------------------------------------------- GPU worker
@@ -145,7 +216,8 @@ def simulate() -> list[dict]:
 
 class _Clocks:
     """Samples the SM clock (MHz) and board power (W) of GPU 0 through NVML (ctypes) every
-    20 ms while a phase is measured; absent NVML -> no samples (fields omitted)."""
+    20 ms while a phase is measured, and the phase's mean power from the energy counter;
+    absent NVML -> no samples (fields omitted)."""
 
     def __init__(self) -> None:
         import ctypes
@@ -154,6 +226,7 @@ class _Clocks:
         self.samples: list[tuple[int, int]] = []
         self._on = threading.Event()
         self._nvml = None
+        self._energy = (0, 0.0)
         try:
             nvml = ctypes.CDLL("libnvidia-ml.so.1")
             handle = ctypes.c_void_p()
@@ -179,8 +252,17 @@ class _Clocks:
             if ok and self._nvml.nvmlDeviceGetPowerUsage(self._handle, ctypes.byref(mw)) == 0:
                 self.samples.append((mhz.value, mw.value))
 
+    def _energy_mj(self) -> int:
+        import ctypes
+
+        mj = ctypes.c_ulonglong()
+        ok = self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle, ctypes.byref(mj)) == 0
+        return mj.value if ok else -1
+
     def start(self) -> None:
         self.samples = []
+        if self._nvml:
+            self._energy = (self._energy_mj(), time.perf_counter())
         self._on.set()
 
     def stop(self) -> dict:
@@ -188,10 +270,43 @@ class _Clocks:
         s = list(self.samples)
         if not s:
             return {}
-        return {
+        out = {
             "sm_mhz": round(sum(a for a, _ in s) / len(s)),
             "power_w": round(sum(b for _, b in s) / len(s) / 1000),
         }
+        e1, t1 = self._energy_mj(), time.perf_counter()
+        if e1 >= 0 and self._energy[0] >= 0:
+            out["energy_w"] = round((e1 - self._energy[0]) / 1000 / (t1 - self._energy[1]))
+        return out
+
+    def call_costs(self) -> dict:
+        """Mean µs per call of the NVML reads a clock-aware budget could use."""
+        import ctypes
+
+        if not self._nvml:
+            return {}
+        u, ull = ctypes.c_uint(), ctypes.c_ulonglong()
+        calls = {
+            "clock": lambda: self._nvml.nvmlDeviceGetClockInfo(self._handle, 1, ctypes.byref(u)),
+            "power": lambda: self._nvml.nvmlDeviceGetPowerUsage(self._handle, ctypes.byref(u)),
+            "energy": lambda: self._nvml.nvmlDeviceGetTotalEnergyConsumption(
+                self._handle, ctypes.byref(ull)
+            ),
+            "power_limit": lambda: self._nvml.nvmlDeviceGetEnforcedPowerLimit(
+                self._handle, ctypes.byref(u)
+            ),
+            "clock_reasons": lambda: self._nvml.nvmlDeviceGetCurrentClocksEventReasons(
+                self._handle, ctypes.byref(ull)
+            ),
+        }
+        out = {}
+        for name, call in calls.items():
+            t0 = time.perf_counter()
+            ok = all(call() == 0 for _ in range(200))
+            out[name] = round((time.perf_counter() - t0) / 200 * 1e6, 2) if ok else None
+        self._nvml.nvmlDeviceGetEnforcedPowerLimit(self._handle, ctypes.byref(u))
+        out["enforced_limit_w"] = u.value / 1000
+        return out
 
 
 def _worker(args: argparse.Namespace) -> None:
@@ -245,9 +360,17 @@ def _worker(args: argparse.Namespace) -> None:
             f.seek(4096 + 256 + offset)
             return int.from_bytes(f.read(8), "little")
 
-    fns = {"matmul": (matmul, 8), "small": (small, 200), "graph": (replay, 10), "infer": (infer, 1)}
+    fns = {
+        "matmul": (matmul, 8),
+        "small": (small, 200),
+        "graph": (replay, 10),
+        "infer": (infer, 1),
+        "adds20": (small, STEP_CHUNK),  # the step response's loop, unlimited
+    }
     out: dict[str, dict] = {}
     clocks = _Clocks()
+    if args.nvml_costs:
+        out["nvml_call_us"] = clocks.call_costs()
     barrier = Path(args.barrier)  # all workers of a slot start their schedule together
     (barrier / f"ready-{os.getpid()}").touch()
     deadline = time.time() + 60
@@ -255,8 +378,11 @@ def _worker(args: argparse.Namespace) -> None:
         time.sleep(0.01)
     start = max(p.stat().st_mtime for p in barrier.glob("ready-*")) + 0.2
     for i, phase in enumerate(args.phases.split(",")):
-        fn, chunk = fns[phase]
         t_phase = start + i * (WARM_S + MEASURE_S + GAP_S)
+        if phase in ("stepA", "stepB"):
+            out[phase] = _step_phase(phase, small, t_phase)
+            continue
+        fn, chunk = fns[phase]
         while time.time() < t_phase:
             time.sleep(0.002)
         while time.time() < t_phase + WARM_S:
@@ -298,12 +424,37 @@ def _worker(args: argparse.Namespace) -> None:
     Path(args.result).write_text(json.dumps(out))
 
 
+def _step_phase(phase: str, small, t_phase: float) -> dict:
+    """stepA (the borrower) runs from WARM_S on; stepB warms up with it, stays idle, and arrives
+    STEP_ARRIVE_S later. Iterations per 10 ms bin from STEP_ARRIVE_S before to 1 s after."""
+    import torch
+
+    while time.time() < t_phase:
+        time.sleep(0.002)
+    while time.time() < t_phase + WARM_S:  # both warm up (then B is silent: A borrows again)
+        for _ in range(STEP_CHUNK):
+            small()
+        torch.cuda.synchronize()
+    t_arrive = t_phase + WARM_S + GAP_S + STEP_ARRIVE_S
+    t_begin = t_arrive - (STEP_ARRIVE_S if phase == "stepA" else 0.0)
+    while time.time() < t_begin:
+        time.sleep(0.001)
+    bins = [0] * int((t_arrive + 1.0 - t_begin) / 0.01)
+    while time.time() < t_arrive + 1.0:
+        for _ in range(STEP_CHUNK):
+            small()
+        torch.cuda.synchronize()
+        bins[min(len(bins) - 1, int((time.time() - t_begin) / 0.01))] += STEP_CHUNK
+    return {"bins_10ms": bins}
+
+
 # ---------------------------------------------------------------- GPU driver
 
 
 def _spawn(env_extra: dict[str, str], phases: str, barrier: Path, n: int, result: Path, log: Path):
     env = dict(os.environ)
     env.update(env_extra)
+    phases = env.pop("GS_BENCH_PHASES", phases)  # a worker of a slot may run other phases
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -316,6 +467,7 @@ def _spawn(env_extra: dict[str, str], phases: str, barrier: Path, n: int, result
         str(n),
         "--result",
         str(result),
+        *(["--nvml-costs"] if env.pop("GS_BENCH_NVML_COSTS", "") else []),
     ]
     return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
@@ -386,6 +538,78 @@ def _cases(
     return cases
 
 
+def _lib_slots(lib: Path, tmp: Path, board: Path, limits: list[int]) -> list[tuple]:
+    """(backend, scenario, limits, worker envs, phases) of every library slot."""
+
+    def env(limit: int, region: str, **extra: str) -> dict[str, str]:
+        return {**_lib_env(limit, tmp / f"{region}.region", board, lib), **extra}
+
+    all_phases = ",".join(PHASES)
+    slots = [("gpuslice", "solo", [lim], [env(lim, f"solo{lim}")], all_phases) for lim in limits]
+    slots += [
+        ("gpuslice", PAIR_SCENARIO, [30, 70], [env(30, "a"), env(70, "b")], PAIR_PHASES),
+        ("gpuslice", TRIO_SCENARIO, list(TRIO), [env(x, f"t{x}") for x in TRIO], PAIR_PHASES),
+        ("gpuslice", SAME_SCENARIO, [50, 50], [env(50, "same")] * 2, "matmul,small,graph"),
+    ]
+    step = [
+        env(30, "borrower", GPUSLICE_COMPUTE_MODE="work-conserving", CUDA_TASK_PRIORITY="1",
+            GS_BENCH_PHASES="stepA"),
+        env(70, "arrival", CUDA_TASK_PRIORITY="0", GS_BENCH_PHASES="stepB"),
+    ]  # fmt: skip
+    return [*slots, ("gpuslice", STEP_SCENARIO, [30, 70], step, "")]
+
+
+def _mps_slots(client: dict[str, str]) -> list[tuple]:
+    def env(pct: int) -> dict[str, str]:
+        return {**client, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)}
+
+    slots = [("mps", "solo", [lim], [env(lim)], ",".join(PHASES)) for lim in LIMITS]
+    return [
+        *slots,
+        ("mps", PAIR_SCENARIO, [30, 70], [env(30), env(70)], PAIR_PHASES),
+        ("mps", TRIO_SCENARIO, list(TRIO), [env(x) for x in TRIO], PAIR_PHASES),
+        # MPS limits each client, not a container: two clients at 50 % each
+        ("mps", SAME_SCENARIO, [50, 50], [env(50)] * 2, "matmul,small,graph"),
+    ]
+
+
+def _same_cases(backend: str, results: list[dict], base: dict, phases: str) -> list[dict]:
+    cases = []
+    for phase in phases.split(","):
+        case = {"mode": "gpu", "backend": backend, "scenario": SAME_SCENARIO}
+        case |= {"workload": phase, "limit": 50}
+        if any("error" in r for r in [*results, base]):
+            case["error"] = next(r["error"] for r in [*results, base] if "error" in r)
+        else:
+            each = [r[phase]["rate"] / base[phase]["rate"] for r in results]
+            case["achieved"] = round(sum(each), 4)
+            case["per_process"] = [round(x, 4) for x in each]
+        cases.append(case)
+    return cases
+
+
+def _step_cases(backend: str, results: list[dict], base: dict) -> list[dict]:
+    case = {"mode": "gpu", "backend": backend, "scenario": STEP_SCENARIO, "workload": "small"}
+    case["limit"] = 70
+    if any("error" in r for r in [*results, base]):
+        return [case | {"error": next(r["error"] for r in [*results, base] if "error" in r)}]
+    per_bin = base["adds20"]["rate"] * 0.01  # unlimited iterations per 10 ms of the same loop
+    low, high = results[0]["stepA"]["bins_10ms"], results[1]["stepB"]["bins_10ms"]
+    share = [n / per_bin for n in high[:-1]]
+    at = int(STEP_ARRIVE_S * 100)
+    borrowed = [n / per_bin for n in low[10:at]]  # the borrower alone (after 100 ms)
+    return [
+        case
+        | {
+            "achieved": round(sum(share[10:]) / len(share[10:]), 4),
+            "reach_ms": reach_ms(share, 10, 0.70),
+            "first_100ms": [round(x, 2) for x in share[:10]],
+            "borrower_alone": round(sum(borrowed) / len(borrowed), 4),
+            "borrower_after": round(sum(low[at + 10 : -1]) / per_bin / len(low[at + 10 : -1]), 4),
+        }
+    ]
+
+
 def gpu(outdir: Path, mps: bool, limits: list[int], before_lib: Path | None = None) -> list[dict]:
     lib = ROOT / "native" / "build" / "libgpuslice.so"
     for path in (lib, before_lib):
@@ -394,70 +618,48 @@ def gpu(outdir: Path, mps: bool, limits: list[int], before_lib: Path | None = No
     tmp = Path(tempfile.mkdtemp(prefix="gs-compute-"))
     board = tmp / "board"
     board.mkdir()
-    all_phases = ",".join(PHASES)
-    cases: list[dict] = []
-    base = _run_slot([{}], all_phases, outdir, "base")[0]
-    cases += _cases("none", "unlimited", [100], [base], base, all_phases)
-    for limit in limits:
-        res = _run_slot(
-            [_lib_env(limit, tmp / f"solo{limit}.region", board, lib)],
-            all_phases,
-            outdir,
-            f"gs{limit}",
-        )
-        cases += _cases("gpuslice", "solo", [limit], res, base, all_phases)
-    pair = _run_slot(
-        [_lib_env(30, tmp / "a.region", board, lib), _lib_env(70, tmp / "b.region", board, lib)],
-        PAIR_PHASES,
-        outdir,
-        "gspair",
-    )
-    cases += _cases("gpuslice", "pair-30/70", [30, 70], pair, base, PAIR_PHASES)
-    if before_lib:  # the same pair with another build (before/after in one run, same GPU)
-        pair = _run_slot(
-            [
-                _lib_env(30, tmp / "a0.region", board, before_lib),
-                _lib_env(70, tmp / "b0.region", board, before_lib),
-            ],
-            PAIR_PHASES,
-            outdir,
-            "gspair-before",
-        )
-        cases += _cases("gpuslice-before", "pair-30/70", [30, 70], pair, base, PAIR_PHASES)
-    same = _run_slot(
-        [_lib_env(50, tmp / "same.region", board, lib)] * 2, "matmul,small", outdir, "gssame"
-    )
-    for phase in ("matmul", "small"):
-        ok = all("error" not in r for r in same) and "error" not in base
-        cases.append(
-            {
-                "mode": "gpu",
-                "backend": "gpuslice",
-                "scenario": "same-container-2-procs",
-                "workload": phase,
-                "limit": 50,
-                **(
-                    {
-                        "achieved": round(
-                            sum(r[phase]["rate"] for r in same) / base[phase]["rate"], 4
-                        )
-                    }
-                    if ok
-                    else {"error": "worker failed; see logs"}
-                ),
-            }
-        )
+    base_phases = ",".join([*PHASES, "adds20"])
+    base = _run_slot([{"GS_BENCH_NVML_COSTS": "1"}], base_phases, outdir, "base")[0]
+    cases = _cases("none", "unlimited", [100], [base], base, ",".join(PHASES))
+    if "nvml_call_us" in base:
+        cases.append({"mode": "gpu", "backend": "none", "scenario": "nvml-call-us",
+                      **base["nvml_call_us"]})  # fmt: skip
+    slots = _lib_slots(lib, tmp, board, limits)
+    if before_lib:  # the previous build: tail latency at 50 % and the pair, same GPU, same run
+        old = [_lib_env(50, tmp / "old50.region", board, before_lib)]
+        slots += [("gpuslice-before", "solo", [50], old, "infer")]
+        slots += [
+            ("gpuslice-before", PAIR_SCENARIO, [30, 70],
+             [_lib_env(x, tmp / f"old{x}.region", board, before_lib) for x in (30, 70)],
+             PAIR_PHASES),
+            ("gpuslice-before", SAME_SCENARIO, [50, 50],
+             [_lib_env(50, tmp / "oldsame.region", board, before_lib)] * 2, "matmul,small,graph"),
+        ]  # fmt: skip
+    cases += _run_slots(slots, outdir, base)
     if mps:
-        cases += _gpu_mps(outdir, tmp, base, all_phases)
+        cases += _gpu_mps(outdir, tmp, base)
     return cases
 
 
-def _gpu_mps(outdir: Path, tmp: Path, base: dict, all_phases: str) -> list[dict]:
+def _run_slots(slots: list[tuple], outdir: Path, base: dict) -> list[dict]:
+    cases = []
+    for backend, scenario, limits, envs, phases in slots:
+        tag = f"{backend}-{scenario}-{limits[0]}".replace("/", "_")
+        res = _run_slot(envs, phases, outdir, tag)
+        if scenario == SAME_SCENARIO:
+            cases += _same_cases(backend, res, base, phases)
+        elif scenario == STEP_SCENARIO:
+            cases += _step_cases(backend, res, base)
+        else:
+            cases += _cases(backend, scenario, limits, res, base, phases)
+    return cases
+
+
+def _gpu_mps(outdir: Path, tmp: Path, base: dict) -> list[dict]:
     pipe, logd = tmp / "mps-pipe", tmp / "mps-log"
     pipe.mkdir()
     logd.mkdir()
     menv = dict(os.environ, CUDA_MPS_PIPE_DIRECTORY=str(pipe), CUDA_MPS_LOG_DIRECTORY=str(logd))
-    cases: list[dict] = []
     started = (
         subprocess.run(["nvidia-cuda-mps-control", "-d"], env=menv, check=False).returncode == 0
     )
@@ -465,65 +667,54 @@ def _gpu_mps(outdir: Path, tmp: Path, base: dict, all_phases: str) -> list[dict]
         if not started:
             return [{"mode": "gpu", "backend": "mps", "error": "nvidia-cuda-mps-control -d failed"}]
         client = {"CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(logd)}
-        mbase = _run_slot(
-            [{**client, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100"}], all_phases, outdir, "mps100"
-        )[0]
-        cases += _cases("mps", "unlimited-under-mps", [100], [mbase], base, all_phases)
-        for limit in LIMITS:
-            res = _run_slot(
-                [{**client, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(limit)}],
-                all_phases,
-                outdir,
-                f"mps{limit}",
-            )
-            cases += _cases("mps", "solo", [limit], res, base, all_phases)
-        pair = _run_slot(
-            [
-                {**client, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30"},
-                {**client, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "70"},
-            ],
-            "matmul,small",
-            outdir,
-            "mpspair",
-        )
-        cases += _cases("mps", "pair-30/70", [30, 70], pair, base, "matmul,small")
+        return _run_slots(_mps_slots(client), outdir, base)
     finally:
         subprocess.run(["nvidia-cuda-mps-control"], input=b"quit\n", env=menv, check=False)
-    return cases
 
 
 # ---------------------------------------------------------------- output
 
 
+def _cell(case: dict) -> str:
+    """One backend's figure for one row: achieved, with what else the row is about."""
+    if "error" in case:
+        return "error"
+    text = f"{case['achieved']:.3f}" if "achieved" in case else ""
+    if "per_process" in case:
+        text += " (" + " + ".join(f"{x:.3f}" for x in case["per_process"]) + ")"
+    if case.get("scenario") == STEP_SCENARIO:
+        text += f" reach {case['reach_ms']} ms, alone {case['borrower_alone']:.2f}"
+    if case.get("workload") == "infer" and "p99_ms" in case:
+        text += f" p50/p99 {case['p50_ms']:.3f}/{case['p99_ms']:.3f} ms"
+    return text
+
+
 def print_table(cases: list[dict]) -> None:
-    cols = (
-        "mode",
-        "backend",
-        "scenario",
-        "workload",
-        "limit",
-        "achieved",
-        "measured_gpu_share",
-        "corrected_share",
-        "gpu_share",
-        "max_1s_gpu_share",
-        "unlimited_gpu_share",
-        "window_err_pts",
-        "lib_us_per_iter",
-        "unlimited_us_per_iter",
-        "sm_mhz",
-        "power_w",
-        "bin_share_min_max",
-        "p50_ms",
-        "p99_ms",
-        "error",
-    )
-    present = [c for c in cols if any(c in case for case in cases)]
-    rows = [[str(case.get(c, ""))[:60] for c in present] for case in cases]
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(present)]
-    print("  ".join(c.ljust(w) for c, w in zip(present, widths, strict=True)))
-    for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+    """One row per cell (scenario, workload, limit), one column per backend, side by side."""
+    rows: dict[tuple, dict[str, str]] = {}
+    backends: list[str] = []
+    for case in cases:
+        if "workload" not in case or case.get("scenario") == "unlimited":
+            continue
+        backend = case.get("backend", case["mode"])
+        if backend not in backends:
+            backends.append(backend)
+        key = (case["scenario"], case["workload"], case["limit"])
+        rows.setdefault(key, {})[backend] = _cell(case)
+    head = ["scenario", "workload", "limit", "target", *backends]
+    table = [
+        [sc, wl, str(lim), f"{lim / 100:.2f}", *(cells.get(b, "") for b in backends)]
+        for (sc, wl, lim), cells in rows.items()
+    ]
+    widths = [max(len(h), *(len(r[i]) for r in table)) for i, h in enumerate(head)]
+    for r in [head, *table]:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+    for case in cases:  # what is not a cell: NVML call costs, unlimited latency
+        if case.get("scenario") == "nvml-call-us":
+            print("NVML µs per call:", {k: v for k, v in case.items() if k not in ("mode",
+                  "backend", "scenario")})  # fmt: skip
+        elif case.get("scenario") == "unlimited" and case.get("workload") == "infer":
+            print(f"unlimited inference step p50/p99 {case['p50_ms']}/{case['p99_ms']} ms")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -548,6 +739,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--barrier", default="", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--result", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--nvml-costs", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         _worker(args)
