@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuslice import model
+from gpuslice.dra.slices import device_name
 from gpuslice.errors import GpusliceError
 from gpuslice.quantity import QuantityError, parse_quantity
 from gpuslice.shim import RegionSpec
 
-__all__ = ["ClaimShares", "DraError", "NodeDevice", "Share", "device_name", "node_devices",
-           "region_spec", "shares"]
+__all__ = ["ClaimShares", "DraError", "NodeDevice", "Share", "node_devices", "region_spec",
+           "shares"]
 
 MiB = 1 << 20
 FULL_CORES = 100
@@ -73,12 +74,9 @@ class ClaimShares:
         return f"{self.namespace}/{self.name}"
 
 
-def device_name(index: int) -> str:
-    return f"gpu-{index}"
-
-
 def node_devices(gpus: Sequence[model.GPU], step_mib: int) -> dict[str, NodeDevice]:
-    """The devices this node publishes, by name (hidden GPUs are not in `gpus`)."""
+    """The devices this node publishes (slices.py), by name; unhealthy ones too, marked, so a
+    claim on one gets the right error (hidden GPUs are not in `gpus`)."""
     return {device_name(g.index): NodeDevice(device_name(g.index), g.uuid, g.index,
                                              g.memory_mib // step_mib * step_mib, g.healthy)
             for g in gpus}

@@ -1,14 +1,17 @@
 """Containers' regions on the host: made at Allocate, read safely, removed at the end.
 
-Layout: `<state-dir>/regions/<pod-uid>/<container>/region`, directories the agent's (0755), and
-`<state-dir>/board` (root's, 1777 like /tmp): the node's demand board, one file per GPU that the
-library of every container creates (0666) and writes (docs/compute.md, the board).
+Layout: `<state-dir>/regions/<pod-uid>/<container>/region` (device plugin) and
+`<state-dir>/dra/regions/<claim-uid>/region` (DRA: one per claim, removed only by the DRA
+plugin), directories the agent's (0755), and `<state-dir>/board` (root's, 1777 like /tmp):
+the node's demand board, one file per GPU that the library of every container creates (0666)
+and writes (docs/compute.md, the board).
 At Allocate the agent writes the region itself, complete, with the container's limits
 (shim.RegionSpec), 0666 so that every uid of the container shares it: the library finds it at
 its fixed path (shim.AGENT_REGION, where the container directory is mounted) and its limits win
 over the container's env. Nobody in the container but its root can replace the file.
-Owns: `prepare`, `prepare_board`, `place`, `scan`, `remove`, `swap`. Does not: interpret usage
-(exporter.py, watchdog.py) or decide which pods are gone (the watchdog asks the cluster view).
+Owns: `prepare`, `prepare_board`, `place`, `scan`, `scan_claims`, `remove`, `swap`.
+Does not: interpret usage (exporter.py, watchdog.py) or decide which pods or claims are gone
+(the watchdog asks the cluster view; the DRA plugin the API server).
 Invariant: the files are the tenant's, so they are never trusted: directories are walked
 without following symlinks, and files read with shim.Region.read (no symlink, no FIFO, a
 bounded read); anything it refuses is a `problem` string, never a hang or a crash.
@@ -31,7 +34,7 @@ from gpuslice.node.allocate import REGION_FILE
 from gpuslice.shim import SLOTS_OFFSET, Region, RegionSpec
 
 __all__ = ["BOARD_DIR", "ContainerRegion", "place", "prepare", "prepare_board", "remove", "scan",
-           "swap"]
+           "scan_claims", "swap"]
 
 BOARD_DIR = "board"
 
@@ -45,18 +48,20 @@ class ContainerRegion:
     problem: str | None = None
 
 
-def prepare(root: str | Path, pod_uid: str, container: str) -> Path:
-    """Create (or keep) the container's region directory; refuses a symlink in the way."""
-    pod_dir = Path(root) / pod_uid
-    d = pod_dir / container
-    for p in (Path(root), pod_dir, d):
+def prepare(root: str | Path, *parts: str) -> Path:
+    """Create (or keep) a region directory, `root/<pod-uid>/<container>` (device plugin) or
+    `root/<claim-uid>` (DRA); refuses a symlink in the way."""
+    dirs = [Path(root)]
+    for part in parts:
+        dirs.append(dirs[-1] / part)
+    for p in dirs:
         with contextlib.suppress(FileExistsError):
             os.mkdir(p, 0o755)
         st = os.lstat(p)
         if not stat.S_ISDIR(st.st_mode):
             raise OSError(f"{p}: exists and is not a directory; remove it")
         os.chmod(p, 0o755)  # mkdir's mode is cut by the umask; older agents made 1777
-    return d
+    return dirs[-1]
 
 
 def prepare_board(state_dir: str | Path) -> Path:
@@ -104,28 +109,31 @@ def place(path: Path, spec: RegionSpec) -> str:
     return "replaced" if existed else "created"
 
 
+def _dirs(root: str | Path) -> list[os.DirEntry[str]]:
+    with contextlib.suppress(FileNotFoundError), os.scandir(root) as entries:
+        return [e for e in entries if e.is_dir(follow_symlinks=False)]
+    return []
+
+
+def _read(owner: str, container: str, d: Path) -> ContainerRegion:
+    f = d / REGION_FILE
+    if not os.path.lexists(f):
+        return ContainerRegion(owner, container, d, None)
+    try:
+        return ContainerRegion(owner, container, d, Region.read(f, check_alive=False))
+    except ShimError as exc:
+        return ContainerRegion(owner, container, d, None, str(exc))
+
+
 def scan(root: str | Path) -> list[ContainerRegion]:
     """Every container directory under `root`, with its region read (or why not)."""
-    out = []
-    with contextlib.suppress(FileNotFoundError), os.scandir(root) as pods:
-        for pod in pods:
-            if not pod.is_dir(follow_symlinks=False):
-                continue
-            with os.scandir(pod.path) as containers:
-                for c in containers:
-                    if not c.is_dir(follow_symlinks=False):
-                        continue
-                    d = Path(c.path)
-                    f = d / REGION_FILE
-                    if not os.path.lexists(f):
-                        out.append(ContainerRegion(pod.name, c.name, d, None))
-                        continue
-                    try:
-                        out.append(ContainerRegion(pod.name, c.name, d,
-                                                    Region.read(f, check_alive=False)))
-                    except ShimError as exc:
-                        out.append(ContainerRegion(pod.name, c.name, d, None, str(exc)))
-    return out
+    return [_read(pod.name, c.name, Path(c.path)) for pod in _dirs(root) for c in _dirs(pod.path)]
+
+
+def scan_claims(root: str | Path) -> list[ContainerRegion]:
+    """DRA: every claim directory `root/<claim-uid>` with its region (`pod_uid` holds the claim
+    uid, `container` is empty: all containers of the claim share the region)."""
+    return [_read(c.name, "", Path(c.path)) for c in _dirs(root) if not c.name.startswith(".")]
 
 
 def remove(root: str | Path, pod_uid: str) -> None:

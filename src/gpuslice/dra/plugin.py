@@ -1,0 +1,312 @@
+"""The kubelet DRA plugin (`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`) as a grpc.aio servicer:
+prepare a claim's shares for its containers, unprepare them when its pods are gone.
+
+Owns: NodePrepareResources (read the claim from the API server, check its uid, compute its
+shares on this node (claims.py: consumedCapacity, not the request), write its region
+`<state-dir>/dra/regions/<claim-uid>/region` (node/regions.place) and its CDI spec (cdi.py),
+record it in the checkpoint, answer one Device per share), NodeUnprepareResources (remove the
+CDI spec, the region directory and the checkpoint entry: paths follow from the claim uid, so
+even a prepare killed half-way is undone), `status.devices[]` on the claim (best effort, in the
+background, retried), and the sweep of claims that no longer exist.
+Does not: serve sockets or register (kubelet.py), publish slices (publisher.py).
+Invariants: a prepare repeated (also after a restart: from the checkpoint, without the API
+server) gives the same answer and keeps a region whose limits match (its processes hold it).
+Failure: per claim, in the response's `error` (the kubelet retries and shows it in the pod's
+events): what is wrong and what to do; one claim's failure never fails the others.
+Tests: tests/unit/dra/test_plugin_checkpoint.py, tests/integration/dra/test_plugin_with_kubelet.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+from lightkube import AsyncClient
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus
+from lightkube.types import PatchType
+
+from gpuslice.dra import cdi, claims
+from gpuslice.dra.checkpoint import Checkpoint
+from gpuslice.dra.claims import ClaimShares, DraError, NodeDevice
+from gpuslice.dra.proto import dra_pb2 as pb
+from gpuslice.dra.proto import dra_pb2_grpc as pb_grpc
+from gpuslice.kube import errors as kerrors
+from gpuslice.kube.client import dict_view
+from gpuslice.kube.patch import retry_on_conflict
+from gpuslice.node import regions
+from gpuslice.node.allocate import REGION_FILE, Layout
+
+__all__ = ["ApiClaims", "ClaimApi", "DraPlugin", "status_devices"]
+
+log = logging.getLogger(__name__)
+
+
+class ClaimApi(Protocol):
+    """What the plugin asks the API server (ApiClaims; a dict-backed double in unit tests)."""
+
+    async def get(self, namespace: str, name: str) -> Mapping[str, Any]: ...
+
+    async def set_devices(self, namespace: str, name: str, uid: str,
+                          change: Callable[[list[Any]], list[Any]]) -> None: ...
+
+
+class ApiClaims:
+    """ClaimApi over lightkube (RBAC: resourceclaims get; resourceclaims/status get, patch)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+
+    async def get(self, namespace: str, name: str) -> Mapping[str, Any]:
+        with kerrors.translate(f"get resourceclaim {namespace}/{name}"):
+            return dict(await self.client.get(dict_view(ResourceClaim), name,
+                                              namespace=namespace))
+
+    async def set_devices(self, namespace: str, name: str, uid: str,
+                          change: Callable[[list[Any]], list[Any]]) -> None:
+        """Read the claim, replace status.devices with change(devices), guarded by its
+        resourceVersion (409 -> retried on a fresh read); nothing if the claim is another."""
+        async def once() -> None:
+            claim = await self.get(namespace, name)
+            if claim["metadata"].get("uid") != uid:
+                return
+            old = list((claim.get("status") or {}).get("devices") or [])
+            new = change(old)
+            if new == old:
+                return
+            body = {"metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
+                    "status": {"devices": new}}
+            with kerrors.translate(f"patch resourceclaim {namespace}/{name} status"):
+                await self.client.patch(ResourceClaimStatus, name, body, namespace=namespace,
+                                        patch_type=PatchType.MERGE)
+
+        await retry_on_conflict(once)
+
+
+def status_devices(old: list[Any], c: ClaimShares, driver: str, node: str) -> list[Any]:
+    """status.devices with this node's entries for the claim's shares (others kept as they are;
+    an entry we wrote before keeps its condition's transition time)."""
+    kept = [d for d in old if not (isinstance(d, Mapping) and d.get("driver") == driver and
+                                   d.get("pool") == node)]
+    before = {(d.get("device"), d.get("shareID", "")): d for d in old
+              if isinstance(d, Mapping) and d not in kept}
+    out = []
+    for s in c.shares:
+        entry: dict[str, Any] = {"driver": driver, "pool": node, "device": s.device}
+        if s.share_id:
+            entry["shareID"] = s.share_id
+        entry["data"] = {"memoryMiB": s.memory_mib, "cores": s.cores, "uuid": s.uuid}
+        prev = before.get((s.device, s.share_id or ""), {})
+        since = next((x.get("lastTransitionTime") for x in prev.get("conditions") or []
+                      if x.get("type") == "Ready"), None)
+        entry["conditions"] = [{
+            "type": "Ready", "status": "True", "reason": "Prepared",
+            "message": f"gpuslice enforces {s.memory_mib} MiB and {s.cores}% of GPU {s.uuid}",
+            "lastTransitionTime": since or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+        out.append(entry)
+    return kept + out
+
+
+class DraPlugin(pb_grpc.DRAPluginServicer):
+    def __init__(self, *, driver: str, node: str, api: ClaimApi,
+                 devices: Callable[[], Mapping[str, NodeDevice]], state_dir: str | Path,
+                 cdi_dir: str | Path, layout: Layout, grace_s: float = 300.0) -> None:
+        self.driver = driver
+        self.node = node
+        self.api = api
+        self.devices = devices
+        self.root = Path(state_dir) / "dra" / "regions"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.cdi_dir = Path(cdi_dir)
+        self.layout = layout
+        self.grace_s = grace_s
+        self.checkpoint = Checkpoint(Path(state_dir) / "dra" / "prepared.json")
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._reports: set[asyncio.Task[None]] = set()
+
+    # ---- gRPC
+    async def NodePrepareResources(self, request: pb.NodePrepareResourcesRequest,
+                                   context: grpc.aio.ServicerContext
+                                   ) -> pb.NodePrepareResourcesResponse:
+        answers = await asyncio.gather(*(self._answer_prepare(c) for c in request.claims))
+        return pb.NodePrepareResourcesResponse(
+            claims={c.uid: a for c, a in zip(request.claims, answers, strict=True)})
+
+    async def NodeUnprepareResources(self, request: pb.NodeUnprepareResourcesRequest,
+                                     context: grpc.aio.ServicerContext
+                                     ) -> pb.NodeUnprepareResourcesResponse:
+        out = {}
+        for c in request.claims:
+            try:
+                await self.unprepare(c.uid)
+                out[c.uid] = pb.NodeUnprepareResourceResponse()
+            except Exception as exc:
+                log.exception("unprepare failed", extra={"claim": f"{c.namespace}/{c.name}"})
+                out[c.uid] = pb.NodeUnprepareResourceResponse(
+                    error=f"gpuslice: claim {c.namespace}/{c.name}: unprepare failed ({exc}); "
+                          "the kubelet retries; see the gpuslice node agent's logs")
+        return pb.NodeUnprepareResourcesResponse(claims=out)
+
+    async def _answer_prepare(self, c: pb.Claim) -> pb.NodePrepareResourceResponse:
+        key = f"claim {c.namespace}/{c.name}"
+        try:
+            shares = await self.prepare(c.namespace, c.name, c.uid)
+        except DraError as exc:
+            log.warning("prepare refused: %s", exc, extra={"claim": key})
+            return pb.NodePrepareResourceResponse(error=f"gpuslice: {exc}")
+        except kerrors.APIError as exc:
+            log.warning("prepare: reading the claim failed: %s", exc, extra={"claim": key})
+            return pb.NodePrepareResourceResponse(
+                error=f"gpuslice: {key}: cannot read it from the API server ({exc}); the "
+                      "kubelet retries; check the node agent's API access (RBAC: resourceclaims "
+                      "get)")
+        except Exception as exc:
+            log.exception("prepare failed", extra={"claim": key})
+            return pb.NodePrepareResourceResponse(
+                error=f"gpuslice: {key}: internal error ({exc}); see the gpuslice node agent's "
+                      "logs on this node")
+        return pb.NodePrepareResourceResponse(devices=self.answer(shares))
+
+    # ---- the work
+    def answer(self, c: ClaimShares) -> list[pb.Device]:
+        ids = [cdi.device_id(c.uid)]
+        out = []
+        for s in c.shares:
+            extra = [f"nvidia.com/gpu={s.uuid}"] if self.layout.cdi else []
+            d = pb.Device(request_names=[s.request], pool_name=self.node, device_name=s.device,
+                          cdi_device_ids=ids + extra)
+            if s.share_id:
+                d.share_id = s.share_id
+            out.append(d)
+        return out
+
+    async def prepare(self, namespace: str, name: str, uid: str) -> ClaimShares:
+        """Prepare one claim (idempotent); DraError/APIError when it cannot be."""
+        cdi.check_uid(uid)
+        async with self._locks.setdefault(uid, asyncio.Lock()):
+            entry = self.checkpoint.get(uid)
+            if entry is not None:
+                c = entry.claim
+            else:
+                claim = await self.api.get(namespace, name)
+                got = (claim.get("metadata") or {}).get("uid")
+                if got != uid:
+                    raise DraError(f"claim {namespace}/{name}: the API server has uid {got}, the "
+                                   f"kubelet asked for {uid}: the claim was deleted and created "
+                                   "again; delete the pod so that it uses the new claim")
+                c = claims.shares(claim, driver=self.driver, node=self.node,
+                                  devices=self.devices())
+            self._materialise(c)
+            self.checkpoint.put(c)
+        log.info("claim prepared", extra={"claim": c.key, "claim_uid": uid, "shares": [
+            f"{s.device}:{s.memory_mib}MiB/{s.cores}%" for s in c.shares]})
+        self._report_later(c)
+        return c
+
+    def _materialise(self, c: ClaimShares) -> None:
+        spec = claims.region_spec(c, compute_mode=self.layout.compute_mode)
+        d = regions.prepare(self.root, c.uid)
+        how = regions.place(d / REGION_FILE, spec)
+        if how == "replaced":
+            log.warning("the claim's region did not hold its limits; replaced",
+                        extra={"claim": c.key})
+        cdi.write(self.cdi_dir, c.uid, cdi.build(c.uid, spec, [s.index for s in c.shares],
+                                                 str(d), self.layout))
+
+    async def unprepare(self, uid: str) -> None:
+        """Remove what prepare made for `uid`; a claim never prepared here is fine."""
+        cdi.check_uid(uid)
+        async with self._locks.setdefault(uid, asyncio.Lock()):
+            entry = self.checkpoint.get(uid)
+            self._remove(uid)
+        self._locks.pop(uid, None)
+        if entry is not None:
+            log.info("claim unprepared", extra={"claim": entry.claim.key, "claim_uid": uid})
+
+    def _remove(self, uid: str) -> None:
+        cdi.remove(self.cdi_dir, uid)
+        regions.remove(self.root, uid)
+        self.checkpoint.drop(uid)
+
+    def prepared(self) -> dict[str, ClaimShares]:
+        """uid -> shares of every claim prepared on this node (exporter, watchdog)."""
+        return {uid: e.claim for uid, e in self.checkpoint.entries.items()}
+
+    # ---- status.devices
+    def _report_later(self, c: ClaimShares) -> None:
+        task = asyncio.create_task(self._report(c))
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
+
+    async def _report(self, c: ClaimShares, attempts: int = 5, backoff_s: float = 1.0) -> None:
+        for attempt in range(attempts):
+            try:
+                await self.api.set_devices(
+                    c.namespace, c.name, c.uid,
+                    lambda old: status_devices(old, c, self.driver, self.node))
+                return
+            except kerrors.NotFound:
+                return  # deleted meanwhile: nothing to report on
+            except kerrors.APIError as exc:
+                if isinstance(exc, kerrors.Invalid | kerrors.Forbidden) or \
+                        attempt == attempts - 1:
+                    log.warning("writing status.devices of the claim failed: %s (the claim "
+                                "works; only its status lacks the devices)", exc,
+                                extra={"claim": c.key})
+                    return
+            await asyncio.sleep(backoff_s * 2 ** attempt)
+
+    async def stop(self) -> None:
+        for t in list(self._reports):
+            t.cancel()
+        await asyncio.gather(*self._reports, return_exceptions=True)
+
+    # ---- claims that are gone
+    def _leftovers(self) -> dict[str, float]:
+        """uid -> mtime of the region directories and CDI specs of claims on this node."""
+        out = {cr.pod_uid: cr.dir.lstat().st_mtime for cr in regions.scan_claims(self.root)}
+        prefix = f"{cdi.KIND.replace('/', '-')}_"
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.cdi_dir) as entries:
+            for e in entries:
+                if e.name.startswith(prefix) and e.name.endswith(".json"):
+                    out.setdefault(e.name[len(prefix):-5], e.stat(follow_symlinks=False).st_mtime)
+        return out
+
+    async def _stale(self, c: ClaimShares) -> bool:
+        """The claim is deleted, re-created or used by no pod any more (its pods are gone and
+        the kubelet never unprepared it); False while the API server cannot tell."""
+        try:
+            claim = await self.api.get(c.namespace, c.name)
+        except kerrors.NotFound:
+            return True
+        except kerrors.APIError:
+            return False
+        return (claim.get("metadata") or {}).get("uid") != c.uid or \
+            not (claim.get("status") or {}).get("reservedFor")
+
+    async def sweep(self, *, now: float | None = None) -> list[str]:
+        """Unprepare claims prepared more than the grace period ago that are stale, and remove
+        the region directories and CDI specs of claims the checkpoint does not know once as
+        old (a prepare killed before its checkpoint entry); returns the uids removed."""
+        now = time.time() if now is None else now
+        orphans = {uid for uid, mtime in self._leftovers().items()
+                   if uid not in self.checkpoint.entries and now - mtime >= self.grace_s}
+        stale = {uid for uid, e in list(self.checkpoint.entries.items())
+                 if now - e.prepared_at >= self.grace_s and await self._stale(e.claim)}
+        gone = set()
+        for uid in sorted(orphans | stale):
+            with contextlib.suppress(ValueError):  # a file name that is no uid: not ours
+                async with self._locks.setdefault(uid, asyncio.Lock()):
+                    if uid in stale or uid not in self.checkpoint.entries:  # not prepared now
+                        self._remove(uid)
+                        gone.add(uid)
+                self._locks.pop(uid, None)
+        if gone:
+            log.info("removed DRA claims that no longer exist", extra={"claim_uids": sorted(gone)})
+        return sorted(gone)
