@@ -90,6 +90,8 @@ def schema() -> dict[str, Any]:
                 "logLevel": LEVEL,
                 "hostPaths": obj({"devicePlugins": STR, "podResources": STR, "state": STR}),
                 "config": ref["NodeConfig"], "resources": RESOURCES, "priorityClassName": STR}),
+            "dra": obj({"enabled": BOOL, "extendedResourceName": STR,
+                        "hostPaths": obj({"plugins": STR, "registry": STR, "cdi": STR})}),
             "placementPolicy": obj({"enabled": BOOL}),
             "metrics": obj({"serviceMonitor": obj({"enabled": BOOL, "interval": STR,
                                                    "labels": MAP})}),

@@ -31,7 +31,8 @@ CHART = REPO / "deploy" / "helm" / "gpuslice"
 KUBE_VERSION = "1.36.0"
 # `helm template` knows no cluster: say what a 1.36 API server serves beyond helm's defaults.
 CLUSTER = ["--kube-version", KUBE_VERSION,
-           "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"]
+           "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+           "--api-versions", "resource.k8s.io/v1/DeviceClass"]
 CRD_KINDS = {"Certificate", "Issuer", "ServiceMonitor"}  # not in the core schema
 
 CASES = {
@@ -48,6 +49,7 @@ CASES = {
         "--set", "defaults.memoryMiB=2048", "--set", "inFlightTimeoutSeconds=45",
         "--set", "rbac.create=false", "--set", "placementPolicy.enabled=false"],
     "Kubernetes 1.28 (no ValidatingAdmissionPolicy)": ["--kube-version", "1.28.4"],
+    "DRA": ["--set", "dra.enabled=true"],
 }
 
 
@@ -246,3 +248,44 @@ def test_values_schema_is_generated_from_the_services_schemas():
 def test_the_schema_refuses_bad_values(bad):
     done = run_helm("lint", str(CHART), "--set", bad)
     assert done.returncode != 0, f"{bad} was accepted"
+
+
+def test_dra_is_off_by_default_and_adds_nothing_then():
+    objs = render("default")
+    assert not [o for o in objs if o["kind"] == "DeviceClass"]
+    agent = find(objs, "ClusterRole", "-node-agent")
+    assert not [r for r in agent["rules"] if "resource.k8s.io" in r["apiGroups"]]
+
+
+def test_dra_adds_the_device_class_of_the_driver_the_agent_publishes_as(tmp_path):
+    from gpuslice.dra import DRIVER
+
+    objs = render("DRA")
+    cls = find(objs, "DeviceClass")
+    assert cls["metadata"]["name"] == DRIVER
+    assert cls["spec"]["selectors"] == [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]
+    assert cls["spec"]["extendedResourceName"] == "gpuslice.io/gpu"
+    _, _, node = service_configs(objs, tmp_path)
+    assert node.dra.enabled and node.dra.driver_name == DRIVER
+    host = {v["hostPath"]["path"] for v in find(objs, "DaemonSet", "-node-agent")["spec"][
+        "template"]["spec"]["volumes"] if "hostPath" in v}
+    assert {node.dra.plugin_dir, node.dra.registry_dir, node.dra.cdi_dir} <= host
+
+
+def test_dra_gives_the_node_agent_the_contracts_rbac():
+    agent = find(render("DRA"), "ClusterRole", "-node-agent")
+    granted = {(res, verb) for r in agent["rules"] if r["apiGroups"] == ["resource.k8s.io"]
+               for res in r["resources"] for verb in r["verbs"]}
+    wanted = {("resourceslices", v) for v in (
+        "get", "list", "watch", "create", "update", "patch", "delete")} | {
+        ("resourceclaims", v) for v in ("get", "list", "watch")} | {
+        ("resourceclaims/status", v) for v in ("get", "patch", "update")} | {
+        ("deviceclasses", v) for v in ("get", "list")}
+    assert granted == wanted
+
+
+def test_dra_on_a_cluster_without_resource_v1_fails_with_what_to_do():
+    done = run_helm("template", "t", str(CHART), "--kube-version", "1.30.0",
+                    "--set", "dra.enabled=true")
+    assert done.returncode != 0
+    assert "needs resource.k8s.io/v1" in done.stderr and "dra.enabled=false" in done.stderr
