@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -49,6 +50,11 @@ def _safe_env() -> None:
     os.environ.update(SAFE_ENV)
 
 
+def _digits(uuid: str) -> str:
+    """A GPU UUID's hex digits: NVML writes `GPU-` and dashes, PyTorch its own format."""
+    return re.sub(r"[^0-9a-f]", "", uuid.lower().removeprefix("gpu-"))
+
+
 class Memory:
     """This rank's memory on its GPU: NVML per process, the region's account, PyTorch's."""
 
@@ -57,7 +63,7 @@ class Memory:
 
         self.torch, self.nvml = torch, pynvml
         pynvml.nvmlInit()
-        mine = str(getattr(torch.cuda.get_device_properties(local), "uuid", "")).lower()
+        mine = _digits(str(getattr(torch.cuda.get_device_properties(local), "uuid", "")))
         self.gpus: dict[str, Any] = {}  # uuid -> NVML handle, NVML order
         self.uuid = ""
         for i in range(pynvml.nvmlDeviceGetCount()):
@@ -65,7 +71,7 @@ class Memory:
             u = pynvml.nvmlDeviceGetUUID(h)
             u = u.decode() if isinstance(u, bytes) else u
             self.gpus[u] = h
-            if u.lower().removeprefix("gpu-") == mine or (not mine and i == local):
+            if _digits(u) == mine or (not mine and i == local):
                 self.uuid = u
         self.region = os.environ.get("CUDA_DEVICE_MEMORY_SHARED_CACHE") \
             if os.environ.get("LD_PRELOAD") else None

@@ -29,6 +29,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CUDA_DEVICE_ORDER=PCI_BUS_ID  # CUDA ordinals = NVML indexes
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HERE=$ROOT/benchmarks/multi_gpu
 mkdir -p "$RESULTS"

@@ -14,6 +14,7 @@ Run on a machine with 2 GPUs (benchmarks/multi_gpu/run.sh does):
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -73,7 +74,11 @@ def start(libgpuslice: Path, region_path: Path, uuids: list[str]
 
 
 def _same_gpu(a: str, b: str) -> bool:
-    return a.lower().removeprefix("gpu-") == b.lower().removeprefix("gpu-")
+    """One GPU by UUID, whatever the spelling (NVML's `GPU-` prefix, PyTorch's own format)."""
+    def digits(u: str) -> str:
+        return re.sub(r"[^0-9a-f]", "", u.lower().removeprefix("gpu-"))
+
+    return digits(a) == digits(b)
 
 
 def _per_gpu(nvml: Any, region: Path, uuids: list[str], pids: list[int]
