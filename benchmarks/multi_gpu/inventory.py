@@ -43,20 +43,20 @@ from gpuslice.shim import Region  # noqa: E402
 NODE = "multi-gpu-node"
 RESOURCE = "nvidia.com/gpu"
 POD_MIB, POD_CORES = 8192, 30
+P2P_READ, P2P_NVLINK = 0, 2  # nvmlGpuP2PCapsIndex_t (pynvml 13 spells READ as a tuple)
 
 
 # ---------------------------------------------------------------- part 1: NVML as it is
 
-def _nvml_call(fn: Any, *args: Any) -> Any:
-    """The value, or the NVML error's text (Not Supported in a VM, say): facts to record."""
+def _nvml_call(name: str, *args: Any) -> Any:
+    """pynvml.<name>(*args), or what went wrong as text (Not Supported in a VM, a pynvml too old
+    for the call): every answer is a fact to record, none stops the report."""
     import pynvml
 
     try:
-        return fn(*args)
-    except pynvml.NVMLError as exc:
-        return f"error: {exc}"
-    except AttributeError as exc:  # a pynvml without this call
-        return f"error: {exc}"
+        return getattr(pynvml, name)(*args)
+    except Exception as exc:  # NVMLError, AttributeError, ctypes errors alike
+        return f"error: {type(exc).__name__}: {exc}"
 
 
 def _text(v: Any) -> Any:
@@ -74,33 +74,31 @@ def nvml_report() -> dict[str, Any]:
         for i, h in enumerate(handles):
             links = []
             for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
-                state = _nvml_call(pynvml.nvmlDeviceGetNvLinkState, h, link)
+                state = _nvml_call("nvmlDeviceGetNvLinkState", h, link)
                 if state != 1:
                     continue
-                pci = _nvml_call(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
+                pci = _nvml_call("nvmlDeviceGetNvLinkRemotePciInfo", h, link)
                 links.append({"link": link, "remote_bus": _text(getattr(pci, "busId", pci)),
-                              "remote_type": _nvml_call(
-                                  getattr(pynvml, "nvmlDeviceGetNvLinkRemoteDeviceType", None),
-                                  h, link)})
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+                              "remote_type": _nvml_call("nvmlDeviceGetNvLinkRemoteDeviceType",
+                                                        h, link)})
+            mem = _nvml_call("nvmlDeviceGetMemoryInfo", h)
+            pci = _nvml_call("nvmlDeviceGetPciInfo", h)
             gpus.append({
                 "index": i, "uuid": _text(pynvml.nvmlDeviceGetUUID(h)),
-                "name": _text(pynvml.nvmlDeviceGetName(h)), "memory_mib": mem.total >> 20,
-                "pci_bus": _text(pynvml.nvmlDeviceGetPciInfo(h).busId),
-                "numa_node": _nvml_call(pynvml.nvmlDeviceGetNumaNodeId, h),
+                "name": _text(_nvml_call("nvmlDeviceGetName", h)),
+                "memory_mib": getattr(mem, "total", 0) >> 20,
+                "pci_bus": _text(getattr(pci, "busId", pci)),
+                "numa_node": _nvml_call("nvmlDeviceGetNumaNodeId", h),
                 "nvlink_links": links})
         pairs = []
         for a, b in combinations(range(len(handles)), 2):
             ha, hb = handles[a], handles[b]
             pairs.append({
                 "gpus": [a, b],
-                "p2p_nvlink": _nvml_call(pynvml.nvmlDeviceGetP2PStatus, ha, hb,
-                                         pynvml.NVML_P2P_CAPS_INDEX_NVLINK),
-                "p2p_read": _nvml_call(pynvml.nvmlDeviceGetP2PStatus, ha, hb,
-                                       pynvml.NVML_P2P_CAPS_INDEX_READ),
-                "common_ancestor": _nvml_call(pynvml.nvmlDeviceGetTopologyCommonAncestor,
-                                              ha, hb)})
-        return {"driver": _text(pynvml.nvmlSystemGetDriverVersion()), "gpus": gpus,
+                "p2p_nvlink": _nvml_call("nvmlDeviceGetP2PStatus", ha, hb, P2P_NVLINK),
+                "p2p_read": _nvml_call("nvmlDeviceGetP2PStatus", ha, hb, P2P_READ),
+                "common_ancestor": _nvml_call("nvmlDeviceGetTopologyCommonAncestor", ha, hb)})
+        return {"driver": _text(_nvml_call("nvmlSystemGetDriverVersion")), "gpus": gpus,
                 "pairs": pairs, "nvidia_smi_topo": _smi_topo(),
                 "legend": "p2p: 0 OK, else NVML's nvmlGpuP2PStatus; common_ancestor: 0 same "
                           "board, 10 single switch, 20 multiple switches, 30 host bridge, "
