@@ -212,11 +212,15 @@ def certgen(**options: Any) -> None:
 @click.option("--library", type=click.Path(dir_okay=False),
               help="libgpuslice.so to install for containers (default: the one gpuslice ships).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
-def node_agent(config_file: str | None, library: str | None, **flags: Any) -> None:
+@click.option("--remove-dra-slices", is_flag=True,
+              help="Uninstall: delete this node's DRA ResourceSlices, then exit.")
+def node_agent(config_file: str | None, library: str | None, remove_dra_slices: bool,
+               **flags: Any) -> None:
     """Serve the node agent (device plugin, inventory, exporter, watchdog) until stopped."""
     names = {"gpu_backend": "gpuBackend", "device_plugin_dir": "devicePluginDir",
              "pod_resources_socket": "podResourcesSocket", "node_name": "nodeName",
              "state_dir": "stateDir", "metrics_address": "metricsAddress",
              "kubeconfig": "kubeconfig", "log_level": "logLevel"}
     _lazy("gpuslice.node.agent", "run")(
-        config_file=config_file, library=library, flags={names[k]: v for k, v in flags.items()})
+        config_file=config_file, library=library, flags={names[k]: v for k, v in flags.items()},
+        remove_slices=remove_dra_slices)

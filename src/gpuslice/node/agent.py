@@ -1,16 +1,19 @@
 """`gpuslice node-agent`: the parts of the node agent put together, run, and stopped cleanly.
 
 Owns: construction from the config (backend, health, cluster view, inventory, plugins, kubelet
-link, exporter, watchdog, verification), the loops that drive them, installing the library
-into `<state-dir>/lib` (with the ld.so.preload that loads it), the Allocate path (answer from
-the pod store; on a miss, list the pods once more and retry; then write the container's region
-with its limits, regions.place), and SIGTERM/SIGINT handling.
+link, exporter, watchdog, verification; with `dra.enabled` the DRA plugin, its sockets and the
+ResourceSlice publisher, republished on health changes), the loops that drive them,
+installing the library into `<state-dir>/lib` (with the ld.so.preload that loads it), the
+Allocate path (answer from the pod store; on a miss, list the pods once more and retry; then
+write the container's region with its limits, regions.place), and SIGTERM/SIGINT handling.
 Does not: hold any logic of its own beyond wiring; each decision lives in its module.
 Invariants: the kubelet is served whatever the API server does; a stop closes the plugin
-sockets, flushes events and leaves regions in place (containers keep running).
+sockets, flushes events and leaves regions, DRA claims and the ResourceSlice in place
+(containers keep running; `--remove-dra-slices` deletes the slice at uninstall).
 Failure: start-up problems (no GPU, bad config, no library, no API configuration) raise
 EnvironmentProblem/ConfigError before anything is served (CLI exit 3/1).
-Tests: tests/integration/node/test_agent_with_kubelet.py
+Tests: tests/integration/node/test_agent_with_kubelet.py,
+tests/integration/dra/test_plugin_with_kubelet.py
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from gpuslice import codec, handoff, model, ops
+from gpuslice.dra import claims as dra_claims
+from gpuslice.dra.kubelet import DraLink
+from gpuslice.dra.plugin import ApiClaims, DraPlugin
+from gpuslice.dra.publisher import SlicePublisher
 from gpuslice.errors import EnvironmentProblem, GpusliceError
 from gpuslice.kube import errors as kerrors
 from gpuslice.kube.patch import patch_metadata
@@ -46,9 +53,10 @@ from gpuslice.node.settings import NodeConfig
 from gpuslice.node.watchdog import Violation, Watchdog
 from gpuslice.shim import AGENT_REGION
 
-__all__ = ["Agent", "run"]
+__all__ = ["Agent", "remove_dra_slices", "run"]
 
 log = logging.getLogger(__name__)
+DRA_SWEEP_S = 60.0  # how often prepared claims are checked for deletion (dra/plugin.sweep)
 
 
 def _fully_allocated(pod: dict[str, Any]) -> bool:
@@ -81,26 +89,49 @@ class Agent:
             library_container=cfg.container_library_path,
             region_container_dir=cfg.container_region_dir, cdi=cfg.cdi,
             compute_mode=cfg.compute_mode)
-        devices = backend.devices()
-        self.health = Health(backend, [d.uuid for d in devices],
+        self.devices = backend.devices()
+        self.health = Health(backend, [d.uuid for d in self.devices],
                              recovery_s=cfg.xid_recovery_seconds)
         self.cluster = Cluster(client, cfg.node_name, pod_resync_s=cfg.pod_resync_seconds,
                                journal=state / "answered.json")
-        self.inventory = Inventory(devices, cfg, self.cluster.set_node_annotation)
+        self.inventory = Inventory(self.devices, cfg, self.cluster.set_node_annotation)
         self._pod_views = alloc.PodViews(cfg.node_name)
+        self._init_dra(client, state)
         self.metrics = AgentMetrics()
-        self.metrics.add_usage(UsageCollector(backend, self.regions_root, self.gpus,
-                                              self._pod_names, self._assignments))
+        self.metrics.add_usage(UsageCollector(
+            backend, self.regions_root, self.gpus, self._pod_names, self._assignments,
+            claims_root=self.dra.root if self.dra else None,
+            claims=self.dra.prepared if self.dra else dict))
         self.plugins = [DevicePlugin(r, self) for r in cfg.resources]
         self.kubelet = KubeletLink(
             cfg.device_plugin_dir, self.plugins,
             on_registered=lambda r: self.metrics.registrations.labels(r).inc())
         self.watchdog = Watchdog(backend, self.regions_root, cfg.watchdog, gpus=self.gpus,
-                                 assignments=self._assignments, pods_fresh=self._pods_fresh)
+                                 assignments=self._assignments, pods_fresh=self._pods_fresh,
+                                 claims_root=self.dra.root if self.dra else None)
         self._mismatch_reported: set[str] = set()
         self._suspects: set[tuple[str, str, frozenset[str]]] = set()
         self._stop = asyncio.Event()
         self._runner: web.AppRunner | None = None
+
+    def _init_dra(self, client: AsyncClient, state: Path) -> None:
+        """The DRA driver's node half when `dra.enabled`: kubelet plugin, sockets, slice."""
+        self.dra: DraPlugin | None = None
+        self.dra_link: DraLink | None = None
+        self.publisher: SlicePublisher | None = None
+        self._slices_due = asyncio.Event()
+        d = self.cfg.dra
+        if not d.enabled:
+            return
+        self.dra = DraPlugin(
+            driver=d.driver_name, node=self.cfg.node_name, api=ApiClaims(client),
+            devices=lambda: dra_claims.node_devices(self.gpus(), d.memory_step_mib),
+            state_dir=state, cdi_dir=d.cdi_dir, layout=self.layout,
+            grace_s=self.cfg.watchdog.region_grace_seconds)
+        self.dra_link = DraLink(self.dra, driver=d.driver_name, plugin_dir=d.plugin_dir,
+                                registry_dir=d.registry_dir)
+        self.publisher = SlicePublisher(client, self.cfg.node_name, d, log=log,
+                                        events=self.cluster.events, hidden=self.cfg.hide_gpus)
 
     # ---- what the plugins ask (plugin.Source)
     def gpus(self) -> tuple[model.GPU, ...]:
@@ -167,7 +198,12 @@ class Agent:
 
     def ready(self) -> str | None:
         missing = [p.resource for p in self.plugins if p.resource not in self.kubelet.registered]
-        return f"not registered with the kubelet for {', '.join(missing)}" if missing else None
+        if self.dra_link is not None and not self.dra_link.registered:
+            missing.append(f"the DRA driver {self.cfg.dra.driver_name}")
+        problems = [f"not registered with the kubelet for {', '.join(missing)}"] if missing else []
+        if self.publisher is not None and self.publisher.problem:
+            problems.append(self.publisher.problem)
+        return "; ".join(problems) or None
 
     # ---- loops
     async def _health_once(self, wait_s: float) -> None:
@@ -180,6 +216,7 @@ class Agent:
             log.info("GPU health changed", extra={"unhealthy": self.health.unhealthy})
             for p in self.plugins:
                 await p.changed()
+            self._slices_due.set()
 
     async def _verify_once(self) -> None:
         try:
@@ -236,7 +273,10 @@ class Agent:
             self.metrics.kills.inc(len(v.pids))
         msg = v.message() + ("; the watchdog killed it" if self.cfg.watchdog.kill else "")
         log.warning("LimitViolation: %s", msg, extra={"gpu": v.uuid, "pod_uid": v.pod_uid})
-        pod = self._pod(v.pod_uid)
+        claim = self.dra.prepared().get(v.pod_uid or "") if self.dra else None
+        if claim is not None:  # a DRA claim's region: tell its (first) pod
+            msg = f"claim {claim.key}: {msg}"
+        pod = self._pod(claim.pods[0][1] if claim and claim.pods else v.pod_uid)
         self.cluster.warn(pod or self.cluster.node_ref(), "LimitViolation", msg)
 
     async def _watchdog_once(self) -> None:
@@ -245,6 +285,26 @@ class Agent:
         live = {str(p["metadata"].get("uid")) for p in self.cluster.pods()}
         for uid in self.watchdog.sweep(live):
             log.info("removed regions of a pod that no longer exists", extra={"pod_uid": uid})
+
+    async def _publish_slices(self) -> None:
+        """Publish the node's ResourceSlice at start, on every change of GPU health and every
+        inventoryIntervalSeconds (a deleted or edited slice heals); retry a failure in 5 s."""
+        assert self.publisher is not None
+        while not self._stop.is_set():
+            self._slices_due.clear()
+            try:
+                await self.publisher.publish(self.devices, self.health.unhealthy,
+                                             self.cfg.memory_scaling)
+                wait = self.cfg.inventory_interval_seconds
+            except Exception as exc:  # API errors, a GPU below one memory step (ConfigError)
+                log.warning("publishing the ResourceSlice failed: %s; retrying in 5 s", exc)
+                wait = 5.0
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._slices_due.wait(), wait)
+
+    async def _dra_sweep(self) -> None:
+        assert self.dra is not None
+        await self.dra.sweep()
 
     async def _every(self, seconds: float, step: Callable[[], Awaitable[None]]) -> None:
         while not self._stop.is_set():
@@ -283,6 +343,9 @@ class Agent:
             self._every(self.cfg.watchdog.interval_seconds, self._watchdog_once),
             self._every(1.0, self._gauges),
         ]
+        if self.dra_link is not None:
+            loops += [self.dra_link.run(), self._publish_slices(),
+                      self._every(DRA_SWEEP_S, self._dra_sweep)]
         tasks = [asyncio.create_task(c) for c in loops]
         log.info("node agent serving", extra={"node": self.cfg.node_name,
                                                "gpus": len(self.gpus()),
@@ -291,6 +354,8 @@ class Agent:
             await self._stop.wait()
         finally:
             await self.kubelet.stop()
+            if self.dra_link is not None:  # the slice stays: remove_dra_slices at uninstall
+                await self.dra_link.stop()
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -301,6 +366,7 @@ class Agent:
 
     def stop(self) -> None:
         self._stop.set()
+        self._slices_due.set()
 
 
 async def _main(cfg: NodeConfig, backend_spec: str, library: str | None) -> None:
@@ -319,14 +385,24 @@ async def _main(cfg: NodeConfig, backend_spec: str, library: str | None) -> None
     await agent.run()
 
 
-def run(*, config_file: str | None, flags: dict[str, Any], library: str | None) -> None:
+async def remove_dra_slices(cfg: NodeConfig) -> None:
+    """Uninstall: delete this node's ResourceSlices of the DRA driver (a normal stop keeps
+    them, so that a restart does not make kube-scheduler see the node without GPUs)."""
+    from gpuslice.kube.client import make_client
+
+    await SlicePublisher(make_client(cfg.kubeconfig), cfg.node_name, cfg.dra, log=log).remove()
+
+
+def run(*, config_file: str | None, flags: dict[str, Any], library: str | None,
+        remove_slices: bool = False) -> None:
     """The CLI command: load the config, then serve until SIGTERM/SIGINT."""
     from gpuslice.node.settings import load
 
     cfg = load(config_file, flags)
     ops.setup_logging(cfg.log_level)
     try:
-        asyncio.run(_main(cfg, cfg.gpu_backend, library))
+        asyncio.run(remove_dra_slices(cfg) if remove_slices else
+                    _main(cfg, cfg.gpu_backend, library))
     except GpusliceError:
         raise
     except PermissionError as exc:

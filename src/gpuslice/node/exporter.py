@@ -2,7 +2,8 @@
 the agent's own counters. docs/metrics.md lists every name; the Grafana dashboard uses them.
 
 Owns: `AgentMetrics` (the registry: counters the other modules bump, and `UsageCollector`, which
-reads the regions and NVML at scrape time, so values are never older than the scrape).
+reads the regions (device-plugin containers' and DRA claims') and NVML at scrape time, so values
+are never older than the scrape).
 Does not: serve HTTP (ops.add_ops_routes does) or act on what it reads (watchdog.py).
 Invariants: a region that cannot be read (a tenant's FIFO, symlink, huge or foreign file) is
 counted in gpuslice_region_unreadable and skipped; a GPU NVML cannot query is skipped and
@@ -25,6 +26,7 @@ from prometheus_client.registry import Collector
 
 from gpuslice import model
 from gpuslice.allocator.usage import AllocationError, footprint
+from gpuslice.dra.claims import ClaimShares
 from gpuslice.node import regions
 from gpuslice.node.nvml import GPUBackend, GPULost
 
@@ -32,7 +34,9 @@ __all__ = ["AgentMetrics", "UsageCollector"]
 
 log = logging.getLogger(__name__)
 MiB = 1 << 20
-CONTAINER = ["namespace", "pod", "container"]
+# claim (namespace/name) and share (shareIDs) are empty for device-plugin containers; a DRA
+# claim's region has pod = the pods of its reservedFor and an empty container (all share it)
+CONTAINER = ["namespace", "pod", "container", "claim", "share"]
 GPU_LABELS = ["uuid", "index", "model"]
 
 
@@ -40,9 +44,13 @@ class UsageCollector(Collector):
     def __init__(self, backend: GPUBackend, regions_root: str | Path,
                  gpus: Callable[[], Sequence[model.GPU]],
                  pods: Callable[[], Mapping[str, tuple[str, str]]],
-                 assignments: Callable[[], Mapping[str, model.PodAssignment]]) -> None:
+                 assignments: Callable[[], Mapping[str, model.PodAssignment]], *,
+                 claims_root: str | Path | None = None,
+                 claims: Callable[[], Mapping[str, ClaimShares]] = dict) -> None:
         self.backend = backend
         self.root = Path(regions_root)
+        self.claims_root = Path(claims_root) if claims_root is not None else None
+        self.claims = claims  # claim uid -> its shares (the DRA plugin's checkpoint)
         self.gpus = gpus
         self.pods = pods  # uid -> (namespace, name)
         self.assignments = assignments  # uid -> assignment (live pods on this node)
@@ -81,21 +89,19 @@ class UsageCollector(Collector):
         bad = GaugeMetricFamily("gpuslice_region_unreadable",
                                 "Region files that are not a readable gpuslice region (tenant "
                                 "tampering, version skew)")
-        pods = self.pods()
         unreadable = 0
         seen = set()
-        for cr in regions.scan(self.root):
+        for cr, labels, shares in self._regions():
             if cr.problem is not None:
                 unreadable += 1
                 log.warning("region unreadable: %s", cr.problem, extra={"pod_uid": cr.pod_uid})
                 continue
             if cr.region is None:
                 continue
-            ns, name = pods.get(cr.pod_uid, ("", cr.pod_uid))
-            labels = [ns, name, cr.container]
             for d in cr.region.by_uuid().values():
-                used.add_metric([*labels, d.uuid], d.used)
-                limit.add_metric([*labels, d.uuid], d.limit)
+                per_gpu = [*labels[:4], shares.get(d.uuid, labels[4]), d.uuid]
+                used.add_metric(per_gpu, d.used)
+                limit.add_metric(per_gpu, d.limit)
             live = [p for p in cr.region.processes if p.state == "live"]
             key = (cr.pod_uid, cr.container)
             seen.add(key)
@@ -107,6 +113,27 @@ class UsageCollector(Collector):
             self._busy_done.pop(key, None)
         bad.add_metric([], unreadable)
         yield from (used, limit, busy, climit, procs, bad)
+
+    def _regions(self) -> Iterator[tuple[regions.ContainerRegion, list[str], dict[str, str]]]:
+        """Each region with its labels and, for a DRA claim, the shareIDs on each GPU."""
+        pods = self.pods()
+        for cr in regions.scan(self.root):
+            ns, name = pods.get(cr.pod_uid, ("", cr.pod_uid))
+            yield cr, [ns, name, cr.container, "", ""], {}
+        if self.claims_root is None:
+            return
+        known = self.claims()
+        for cr in regions.scan_claims(self.claims_root):
+            c = known.get(cr.pod_uid)
+            if c is None:  # prepared a moment ago, or being removed
+                yield cr, ["", "", "", cr.pod_uid, ""], {}
+                continue
+            per_gpu: dict[str, list[str]] = {}
+            for s in c.shares:
+                per_gpu.setdefault(s.uuid, []).append(s.share_id or "")
+            yield cr, [c.namespace, ",".join(p for p, _ in c.pods), "", c.key,
+                       ",".join(s.share_id or "" for s in c.shares)], \
+                {u: ",".join(ids) for u, ids in per_gpu.items()}
 
     def _gpus(self) -> Iterator[Any]:
         fams = {

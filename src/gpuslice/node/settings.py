@@ -9,14 +9,18 @@ Tests: tests/unit/node/test_settings.py
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 import msgspec
 
 from gpuslice import config, handoff
+from gpuslice.dra import DRIVER
 from gpuslice.errors import ConfigError
 
-__all__ = ["NodeConfig", "WatchdogConfig", "load"]
+__all__ = ["DraConfig", "NodeConfig", "WatchdogConfig", "load"]
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class WatchdogConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -25,6 +29,18 @@ class WatchdogConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tolerance_mib: int = msgspec.field(name="toleranceMiB", default=16)
     unmanaged: bool = True  # report processes on shared GPUs that run without the library
     region_grace_seconds: float = msgspec.field(name="regionGraceSeconds", default=300.0)
+
+
+class DraConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The DRA driver (docs/dra.md): slices, the kubelet DRA plugin, CDI specs."""
+
+    enabled: bool = False
+    driver_name: str = msgspec.field(name="driverName", default=DRIVER)
+    plugin_dir: str = msgspec.field(name="pluginDir", default=f"/var/lib/kubelet/plugins/{DRIVER}")
+    registry_dir: str = msgspec.field(name="registryDir",
+                                      default="/var/lib/kubelet/plugins_registry")
+    cdi_dir: str = msgspec.field(name="cdiDir", default="/var/run/cdi")
+    memory_step_mib: int = msgspec.field(name="memoryStepMiB", default=256)
 
 
 class NodeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -59,6 +75,7 @@ class NodeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     xid_recovery_seconds: float = msgspec.field(name="xidRecoverySeconds", default=300.0)
     health_interval_seconds: float = msgspec.field(name="healthIntervalSeconds", default=5.0)
     watchdog: WatchdogConfig = msgspec.field(default_factory=WatchdogConfig)
+    dra: DraConfig = msgspec.field(default_factory=DraConfig)
     # service
     metrics_address: str = msgspec.field(name="metricsAddress", default="0.0.0.0:9400")
     log_level: str = msgspec.field(name="logLevel", default="info")
@@ -85,6 +102,12 @@ def _check(c: NodeConfig, where: str) -> None:
                 "verify_interval_seconds", "health_interval_seconds"):
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be above 0")
+    if not 1 <= c.dra.memory_step_mib <= 1 << 20:
+        problems.append(f"dra.memoryStepMiB={c.dra.memory_step_mib}: use 1..1048576 MiB (default "
+                        "256): the step of the memory a DRA claim can ask for")
+    if not _DNS_SUBDOMAIN.fullmatch(c.dra.driver_name) or len(c.dra.driver_name) > 63:
+        problems.append(f"dra.driverName={c.dra.driver_name!r}: use a DNS subdomain of at most 63 "
+                        f"characters, e.g. {DRIVER}")
     if problems:
         raise ConfigError("\n".join(f"{where}: {p}" for p in problems))
 

@@ -6,7 +6,9 @@ GPU shared through gpuslice whose pid is in no region slot (they run without the
 static CUDA, a cleared ld.so.preload, a binary that ignores it); reporting each once per
 process (event LimitViolation on the pod, metric, log), and SIGKILL when configured; and
 removing the region directories of pods that no longer exist (after a grace period, only with
-a fresh pod list: never while the API server is away).
+a fresh pod list: never while the API server is away). DRA claims' regions
+(`<state-dir>/dra/regions/<claim-uid>`, `claims_root`) are checked the same way (pod_uid = the
+claim uid, container empty) but never swept here: only the DRA plugin removes them.
 Whose process: region slots hold pids as the container sees them, NVML here lists host pids;
 they are joined on (innermost pid, start time) from /proc/<pid>/status and stat.
 Does not: enforce anything inside containers (the library does; this is the backstop).
@@ -53,7 +55,8 @@ class Violation:
         used = f"{self.used_bytes / MiB:.0f} MiB"
         who = ", ".join(map(str, self.pids))
         if self.kind == "over_limit":
-            return (f"container {self.container}: processes {who} hold {used} on GPU {self.uuid}, "
+            whose = f"container {self.container}" if self.container else "the claim's containers"
+            return (f"{whose}: processes {who} hold {used} on GPU {self.uuid}, "
                     f"over the limit of {(self.limit_bytes or 0) / MiB:.0f} MiB; the in-container "
                     "library should have refused this: check that it is loaded in every process "
                     "(/etc/ld.so.preload) and not bypassed")
@@ -95,10 +98,12 @@ class Watchdog:
                  gpus: Callable[[], Sequence[model.GPU]],
                  assignments: Callable[[], Mapping[str, model.PodAssignment]],
                  pods_fresh: Callable[[], bool],
+                 claims_root: str | Path | None = None,
                  kill: Callable[[int, int], None] = os.kill,
                  proc: str = "/proc") -> None:
         self.backend = backend
         self.root = Path(regions_root)
+        self.claims_root = Path(claims_root) if claims_root is not None else None
         self.cfg = cfg
         self.gpus = gpus
         self.assignments = assignments
@@ -107,13 +112,18 @@ class Watchdog:
         self._proc = proc
         self._reported: set[tuple[str, int]] = set()
 
+    def _regions(self) -> list[regions.ContainerRegion]:
+        """Device-plugin containers' regions and DRA claims' (pod_uid = the claim uid)."""
+        claims = regions.scan_claims(self.claims_root) if self.claims_root is not None else []
+        return regions.scan(self.root) + claims
+
     def _owner_finder(self) -> tuple[Callable[[int], tuple[str, str] | None],
                                      dict[tuple[str, str, str], int]]:
         """Who owns an NVML pid, and each container's limit per GPU, from the regions."""
         by_ns: dict[tuple[int, int], list[tuple[str, str]]] = {}  # (pid, start) -> containers
         by_nvml: dict[int, tuple[str, str]] = {}
         limits: dict[tuple[str, str, str], int] = {}  # (uid, container, uuid) -> limit
-        for cr in regions.scan(self.root):
+        for cr in self._regions():
             if cr.region is None:
                 continue
             for p in cr.region.processes:
@@ -132,7 +142,9 @@ class Watchdog:
             ident = process_identity(pid, self._proc)
             if ident is not None:
                 ns_pid, start, uid = ident
-                mine = [o for o in by_ns.get((ns_pid, start), ()) if uid in (None, o[0])]
+                # a claim's region (no container) is any of its pods': the cgroup cannot tell
+                mine = [o for o in by_ns.get((ns_pid, start), ())
+                        if uid in (None, o[0]) or not o[1]]
                 if len(mine) == 1:
                     return mine[0]
             return by_nvml.get(pid)
@@ -142,7 +154,8 @@ class Watchdog:
     def check(self) -> list[Violation]:
         """One round; returns the violations not reported before (each process once per kind)."""
         owner_of, limits = self._owner_finder()
-        shared = {s.uuid for a in self.assignments().values() for s in a.slices()}
+        shared = {s.uuid for a in self.assignments().values() for s in a.slices()} | \
+            {u for (_, c, u) in limits if not c}  # a GPU with a DRA claim's region (no container)
         found = []
         for g in self.gpus():
             try:
