@@ -232,9 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     dist.all_gather_object(gathered, {"rank": rank, "pid": os.getpid(), "gpu": mem.uuid,
                                       "memory": phases, "error": failed})
     result["per_rank"] = gathered
-    result["env"] = {k: os.environ.get(k) for k in (
-        *SAFE_ENV, "LD_PRELOAD", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_0",
-        "CUDA_DEVICE_MEMORY_LIMIT_1", "CUDA_DEVICE_SM_LIMIT", "GPUSLICE_DEVICE_UUIDS")}
+    result["env"] = {k: v for k, v in sorted(os.environ.items())
+                     if k in SAFE_ENV or k == "LD_PRELOAD" or k.startswith(("CUDA_", "GPUSLICE_"))}
     nccl = torch.cuda.nccl.version()
     result["versions"] = {"torch": torch.__version__, "nccl": ".".join(map(str, nccl))
                           if isinstance(nccl, tuple) else str(nccl)}

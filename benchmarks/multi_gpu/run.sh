@@ -11,7 +11,8 @@
 #   --dry-run: a CPU machine's check of this script: the GPU tests skip, inventory.py runs the
 #   agent on benchmarks/multi_gpu/fake_gpus.yaml, nccl_bench.py only parses its arguments.
 #   env: BUDGET (s, default 450: every phase is cut to what is left of it), NPROC (default 2),
-#   CAPS (default "24Gi 20Gi": GPU 0's and GPU 1's), SM_LIMIT (default 50)
+#   CAPS (default "24Gi 20Gi": the caps of GPU 0, 1, ..., repeated for more ranks),
+#   SM_LIMIT (default 50)
 # Writes at most 8 files to RESULTS_DIR (the device tool brings back no more): run.log, env.json,
 #   pytest-junit.xml, gpu_tests.jsonl, inventory.json, nccl.json, summary.md, artifacts.tgz.
 # NVLink multicast stays off (device docs): NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
@@ -39,7 +40,7 @@ exec > >(tee -a "$RESULTS/run.log") 2>&1
 cd "$ROOT"
 export PYTHONUNBUFFERED=1 GPUSLICE_GPU_RESULTS=$RESULTS
 BUDGET=${BUDGET:-450} NPROC=${NPROC:-2} SM_LIMIT=${SM_LIMIT:-50}
-read -r CAP0 CAP1 <<<"${CAPS:-24Gi 20Gi}"
+read -r -a CAP_LIST <<<"${CAPS:-24Gi 20Gi}"
 STATUS=0 NCCL_RUNS=()
 phase() { echo; echo "=== $* ($(date -u +%H:%M:%S), ${SECONDS}s of ${BUDGET}s)"; }
 # seconds a phase may take: its own limit, cut to what is left of the budget (0: skip it)
@@ -118,8 +119,10 @@ if [[ $BUILT == 1 ]]; then
       envs=()
       if [[ $label != plain ]]; then
         envs=(LD_PRELOAD="$ROOT/native/build/libgpuslice.so"
-              CUDA_DEVICE_MEMORY_SHARED_CACHE="$WORK/region-$round" GPUSLICE_DEVICE_UUIDS="$UUID_LIST"
-              CUDA_DEVICE_MEMORY_LIMIT_0="$CAP0" CUDA_DEVICE_MEMORY_LIMIT_1="$CAP1")
+              CUDA_DEVICE_MEMORY_SHARED_CACHE="$WORK/region-$round" GPUSLICE_DEVICE_UUIDS="$UUID_LIST")
+        for ((i = 0; i < NPROC; i++)); do
+          envs+=(CUDA_DEVICE_MEMORY_LIMIT_$i="${CAP_LIST[i % ${#CAP_LIST[@]}]}")
+        done
         [[ $label == caps+compute ]] && envs+=(CUDA_DEVICE_SM_LIMIT="$SM_LIMIT")
       fi
       echo "--- round $round: $label ${envs[*]}"
