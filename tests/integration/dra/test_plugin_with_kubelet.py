@@ -1,0 +1,219 @@
+"""The node agent's DRA driver end to end on one node: registered through plugins_registry with
+the kubelet emulator (tests/kubelet/dra.py), claims allocated as kube-scheduler leaves them on
+the test API server, prepared and unprepared over gRPC: CDI spec, region, status.devices;
+idempotent across an agent restart while the API server is away; sockets re-served after a
+kubelet wipes them; a claim on a GPU the node does not have is a clear per-claim error."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuslice.dra import DRIVER, cdi
+from gpuslice.node.agent import Agent
+from gpuslice.node.nvml import FakeBackend
+from gpuslice.node.settings import load
+from gpuslice.shim import Region
+from kubeapi.raw import Raw, node_body
+from kubeapi.waiting import wait_for
+from kubelet.dra import DraKubelet
+from kubelet.emulator import short_dir
+from kubelet.nodeharness import agent_paths, started_agent
+from kubelet.pods import NODE
+
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+
+
+@dataclass
+class DraNode:
+    agent: Agent
+    kubelet: DraKubelet
+    backend: FakeBackend
+    base: Path
+    cfg: Any
+
+
+def config(base: Path) -> Any:
+    return load(None, flags={
+        "nodeName": NODE, **agent_paths(base), "healthIntervalSeconds": 0.05,
+        "dra": {"enabled": True, "pluginDir": str(base / "plugins" / DRIVER),
+                "registryDir": str(base / "registry"), "cdiDir": str(base / "cdi")}}, environ={})
+
+
+@contextlib.asynccontextmanager
+async def dra_node(kube_api: Any, base: Path | None = None) -> AsyncIterator[DraNode]:
+    """An agent with 2 fake GPUs (16 GiB each) and DRA on, registered with a DRA kubelet."""
+    base = base or Path(short_dir())
+    cfg = config(base)
+    code, _ = await Raw(kube_api).call("POST", "/api/v1/nodes", node_body(NODE))
+    assert code in (201, 409)
+    kubelet = DraKubelet(base / "registry")
+    await kubelet.start()
+    try:
+        async with started_agent(cfg, kube_api.async_client(), base) as (agent, _, backend):
+            assert agent.dra_link is not None
+            agent.dra_link.poll_s = 0.05
+            await kubelet.wait_registered(DRIVER)
+            yield DraNode(agent, kubelet, backend, base, cfg)
+    finally:
+        await kubelet.stop()
+
+
+async def allocated(raw: Any, name: str, *results: dict[str, Any]) -> dict[str, Any]:
+    """A claim created, then allocated on NODE and reserved for a pod, as the scheduler does."""
+    code, obj = await raw.call("POST", CLAIMS, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": DRIVER, "capacity": {"requests": {"memory": "4Gi",
+                                                                 "cores": "30"}}}}]}}})
+    assert code == 201, obj
+    obj["status"] = {"allocation": {"devices": {"results": [
+        {"driver": DRIVER, "pool": NODE, "request": "gpu", **r} for r in results]}},
+        "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": str(uuid.uuid4())}]}
+    code, obj = await raw.call("PUT", f"{CLAIMS}/{name}/status", obj)
+    assert code == 200, obj
+    return obj
+
+
+def share(device: str, memory: str = "4Gi", cores: str = "30") -> dict[str, Any]:
+    return {"device": device, "shareID": str(uuid.uuid4()),
+            "consumedCapacity": {"memory": memory, "cores": cores}}
+
+
+async def test_the_plugin_registers_through_plugins_registry_with_the_contracts_info(kube_api):
+    async with dra_node(kube_api) as n:
+        (info,) = n.kubelet.registrations
+        assert (info.type, info.name, list(info.supported_versions)) == (
+            "DRAPlugin", DRIVER, ["v1.DRAPlugin"])
+        assert info.endpoint == str(n.base / "plugins" / DRIVER / "dra.sock")
+        await wait_for(lambda: n.agent.ready() is None, "agent ready")
+
+
+async def test_a_share_is_prepared_with_its_consumed_capacity_and_unprepared(kube_api, raw):
+    async with dra_node(kube_api) as n:
+        s = share("gpu-1", "4Gi", "30")
+        claim = await allocated(raw, "train", s)
+        uid = claim["metadata"]["uid"]
+        got = (await n.kubelet.prepare(DRIVER, claim))[uid]
+        assert got.error == ""
+        (d,) = got.devices
+        assert (d.device_name, d.pool_name, d.share_id, list(d.cdi_device_ids)) == (
+            "gpu-1", NODE, s["shareID"], [f"gpuslice.io/claim={uid}"])
+        spec = json.loads(cdi.path(n.base / "cdi", uid).read_text())
+        env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
+        gpu1 = n.backend.devices()[1].uuid
+        assert (env["GPUSLICE_DEVICE_UUIDS"], env["CUDA_DEVICE_MEMORY_LIMIT_0"],
+                env["CUDA_DEVICE_SM_LIMIT"]) == (gpu1, "4096m", "30")
+        region_dir = n.base / "state" / "dra" / "regions" / uid
+        r = Region.read(region_dir / "region", check_alive=False)
+        assert {u: x.limit for u, x in r.by_uuid().items()} == {gpu1: 4 << 30}
+        assert "/dev/nvidia1" in [x["path"] for x in spec["devices"][0]["containerEdits"][
+            "deviceNodes"]]
+
+        async def status_devices() -> list[Any]:
+            _, obj = await raw.call("GET", f"{CLAIMS}/train")
+            return (obj.get("status") or {}).get("devices") or []
+
+        async def reported() -> bool:
+            return bool(await status_devices())
+
+        await wait_for(reported, "status.devices written")
+        (entry,) = await status_devices()
+        assert (entry["driver"], entry["pool"], entry["device"], entry["shareID"]) == (
+            DRIVER, NODE, "gpu-1", s["shareID"])
+
+        assert (await n.kubelet.unprepare(DRIVER, claim))[uid].error == ""
+        assert not region_dir.exists()
+        assert not cdi.path(n.base / "cdi", uid).exists()
+        assert n.agent.dra is not None and n.agent.dra.prepared() == {}
+
+
+async def test_an_exclusive_device_gets_the_whole_gpu_without_a_compute_limit(kube_api, raw):
+    async with dra_node(kube_api) as n:
+        claim = await allocated(raw, "whole", {"device": "gpu-0"})
+        uid = claim["metadata"]["uid"]
+        (d,) = (await n.kubelet.prepare(DRIVER, claim))[uid].devices
+        assert not d.HasField("share_id")
+        r = Region.read(n.base / "state/dra/regions" / uid / "region", check_alive=False)
+        assert [x.limit for x in r.by_uuid().values()] == [16384 << 20]
+        assert r.sm_limit == 0
+
+
+async def test_a_prepare_repeated_after_a_restart_without_the_api_server_answers_the_same(
+        kube_api, raw, tmp_path):
+    faults = kube_api.need_faults()
+    base = Path(short_dir())
+    async with dra_node(kube_api, base) as n:
+        claim = await allocated(raw, "train", share("gpu-0"))
+        uid = claim["metadata"]["uid"]
+        first = (await n.kubelet.prepare(DRIVER, claim))[uid]
+        inode = os.stat(base / "state/dra/regions" / uid / "region").st_ino
+        os.rename(base / "state", tmp_path / "state")  # started_agent removes base at the end
+    os.makedirs(base)
+    os.rename(tmp_path / "state", base / "state")
+    region = base / "state/dra/regions" / uid / "region"
+    faults.fail_next(1000, code=503, resource="resourceclaims")
+    async with dra_node(kube_api, base) as n:
+        again = (await n.kubelet.prepare(DRIVER, claim))[uid]
+        assert again == first
+        assert os.stat(region).st_ino == inode, "the region in use is kept"
+    faults.reset()
+
+
+async def test_a_claim_on_a_gpu_this_node_does_not_have_is_a_clear_error(kube_api, raw):
+    async with dra_node(kube_api) as n:
+        bad = await allocated(raw, "bad", share("gpu-5"))
+        good = await allocated(raw, "good", share("gpu-0"))
+        got = await n.kubelet.prepare(DRIVER, bad, good)
+        err = got[bad["metadata"]["uid"]].error
+        assert "claim default/bad device node-a/gpu-5: this node has no such GPU" in err
+        assert "delete the pod and the claim" in err
+        assert got[good["metadata"]["uid"]].error == ""
+
+
+async def test_sockets_a_kubelet_wipes_are_served_again_and_it_registers_again(kube_api):
+    async with dra_node(kube_api) as n:
+        for sock in (n.base / "registry").glob("*.sock"):
+            sock.unlink()
+        (n.base / "plugins" / DRIVER / "dra.sock").unlink()
+        await n.kubelet.wait_registered(DRIVER, after=1)
+        assert (n.base / "plugins" / DRIVER / "dra.sock").exists()
+
+
+async def test_an_unhealthy_gpu_leaves_the_slice_and_a_claim_on_it_is_refused(kube_api, raw):
+    async with dra_node(kube_api) as n:
+        sick = n.backend.devices()[1].uuid
+        n.backend.inject_xid(sick, 79)
+
+        async def published() -> list[str]:
+            code, obj = await raw.call(
+                "GET", f"/apis/resource.k8s.io/v1/resourceslices/{NODE}-{DRIVER}")
+            return [d["name"] for d in obj["spec"]["devices"]] if code == 200 else []
+
+        async def only_gpu0() -> bool:
+            return await published() == ["gpu-0"]
+
+        await wait_for(only_gpu0, "gpu-1 unpublished")
+        claim = await allocated(raw, "late", share("gpu-1"))
+        err = (await n.kubelet.prepare(DRIVER, claim))[claim["metadata"]["uid"]].error
+        assert f"GPU {sick} is unhealthy" in err
+
+
+@pytest.mark.parametrize("n_claims", [8])
+async def test_many_claims_prepared_at_once_never_overlap(kube_api, raw, n_claims):
+    async with dra_node(kube_api) as n:
+        objs = [await allocated(raw, f"c{i}", share(f"gpu-{i % 2}", "1Gi", "10"))
+                for i in range(n_claims)]
+        got = await asyncio.gather(*(n.kubelet.prepare(DRIVER, o) for o in objs))
+        assert all(r[o["metadata"]["uid"]].error == "" for r, o in zip(got, objs, strict=True))
+        assert len(os.listdir(n.base / "cdi")) == n_claims
