@@ -102,6 +102,16 @@ def inventory_section(inv: dict[str, Any] | None) -> list[str]:
         lines.append(f"- pair {p['gpus']}: P2P NVLink {p['p2p_nvlink']}, read {p['p2p_read']}, "
                      f"common ancestor {p['common_ancestor']}")
     agent = inv.get("agent", {})
+    published = {g["uuid"]: g.get("nvlinkPeers", []) for g in
+                 agent.get("inventory", {}).get("gpus", [])}
+    nvml_gpus = [g["uuid"] for g in inv.get("nvml", {}).get("gpus", [])]
+    for p in inv.get("nvml", {}).get("pairs", []):
+        a, b = (nvml_gpus[i] for i in p["gpus"])
+        if p["p2p_nvlink"] == 0 and b not in published.get(a, []) and a not in \
+                published.get(b, []):
+            lines.append(f"- MISMATCH: NVML says GPUs {p['gpus']} reach each other over NVLink, "
+                         "the agent published no peer (tests/unit/node/"
+                         "test_topology_allocate_nvswitch.py)")
     for g in agent.get("inventory", {}).get("gpus", []):
         lines.append(f"- agent's inventory: {g['uuid']} numaNode={g.get('numaNode')} "
                      f"nvlinkPeers={g.get('nvlinkPeers', [])}")
