@@ -632,6 +632,9 @@ def gpu(outdir: Path, mps: bool, limits: list[int], before_lib: Path | None = No
             ("gpuslice-before", PAIR_SCENARIO, [30, 70],
              [_lib_env(x, tmp / f"old{x}.region", board, before_lib) for x in (30, 70)],
              PAIR_PHASES),
+            ("gpuslice-before", TRIO_SCENARIO, list(TRIO),
+             [_lib_env(x, tmp / f"oldt{x}.region", board, before_lib) for x in TRIO],
+             PAIR_PHASES),
             ("gpuslice-before", SAME_SCENARIO, [50, 50],
              [_lib_env(50, tmp / "oldsame.region", board, before_lib)] * 2, "matmul,small,graph"),
         ]  # fmt: skip
