@@ -1,0 +1,55 @@
+"""benchmarks/dra_e2e.py, small: slices published, claims of every shape allocated (the real
+kube-scheduler when KUBEBUILDER_ASSETS has one, else the stand-in), each prepared through the
+kubelet DRA plugin over gRPC: the CDI limits equal consumedCapacity, no device over-committed,
+unprepare leaves nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[3] / "benchmarks" / "dra_e2e.py"
+
+
+@pytest.fixture(scope="module")
+def dra_e2e():
+    spec = importlib.util.spec_from_file_location("dra_e2e", PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["dra_e2e"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_every_allocated_claim_is_prepared_with_its_consumed_capacity(kube_api, dra_e2e):
+    args = dra_e2e.parse(["--nodes", "2", "--gpus", "4", "--claims", "30", "--timeout", "20"])
+    base = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))  # short unix socket paths
+    client = kube_api.async_client()
+    try:
+        got = await dra_e2e.bench(client, args, base, api_server=kube_api.backend,
+                                  plane=kube_api.control_plane)
+    finally:
+        await client.close()
+        shutil.rmtree(base, ignore_errors=True)
+    assert got["allocated"] >= 15 and got["allocated"] + got["pending"] == 30
+    assert got["prepared"] == got["allocated"], got["prepare_errors"]
+    assert got["cdi_mismatches"] == 0, got["cdi_mismatch_examples"]
+    assert got["overcommitted_devices"] == 0, got["overcommitted_examples"]
+    assert got["cdi_specs_left_after_unprepare"] == 0
+    assert got["whole_gpu_shares"] > 0 and got["shares"] > got["whole_gpu_shares"], (
+        "both kinds of claim ran: shares and claims that name no capacity")
+    assert got["api_server"] == kube_api.backend and got["prepare_p99_ms"] > 0
+
+
+def test_the_expected_limits_of_an_exclusive_result_are_the_whole_device(dra_e2e):
+    device = {"attributes": {"uuid": {"string": "GPU-a"}},
+              "capacity": {"memory": {"value": "81408Mi"}}}
+    claim = {"status": {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": "gpu.gpuslice.io", "pool": "n", "device": "gpu-0"}]}}}}
+    assert dra_e2e.expected_limits(claim, {("n", "gpu-0"): device}) == {
+        "GPUSLICE_DEVICE_UUIDS": "GPU-a", "CUDA_DEVICE_SM_LIMIT": "100",
+        "CUDA_DEVICE_MEMORY_LIMIT_0": "81408m"}
