@@ -205,6 +205,7 @@ def simulate_step(sim, lat: int) -> list[dict]:
             "limit": 70,
             "achieved": round(sum(share[10:]) / len(share[10:]), 4),
             "reach_ms": reach_ms(share, 10, 0.70),
+            "reach_steady_ms": reach_ms(share, 10, sum(share[50:]) / len(share[50:])),
             "first_100ms": [round(x, 2) for x in share[:10]],
             "borrower_alone": round(sum(borrowed) / len(borrowed), 4),
         }
@@ -603,8 +604,10 @@ def _step_cases(backend: str, results: list[dict], base: dict) -> list[dict]:
         | {
             "achieved": round(sum(share[10:]) / len(share[10:]), 4),
             "reach_ms": reach_ms(share, 10, 0.70),
+            "reach_steady_ms": reach_ms(share, 10, sum(share[50:]) / len(share[50:])),
             "first_100ms": [round(x, 2) for x in share[:10]],
             "borrower_alone": round(sum(borrowed) / len(borrowed), 4),
+            "borrower_first_50ms": [round(n / per_bin, 2) for n in low[at : at + 5]],
             "borrower_after": round(sum(low[at + 10 : -1]) / per_bin / len(low[at + 10 : -1]), 4),
         }
     ]
@@ -686,7 +689,10 @@ def _cell(case: dict) -> str:
     if "per_process" in case:
         text += " (" + " + ".join(f"{x:.3f}" for x in case["per_process"]) + ")"
     if case.get("scenario") == STEP_SCENARIO:
-        text += f" reach {case['reach_ms']} ms, alone {case['borrower_alone']:.2f}"
+        text += (
+            f" reach limit {case['reach_ms']} ms, steady {case['reach_steady_ms']} ms;"
+            f" borrower alone {case['borrower_alone']:.2f}"
+        )
     if case.get("workload") == "infer" and "p99_ms" in case:
         text += f" p50/p99 {case['p50_ms']:.3f}/{case['p99_ms']:.3f} ms"
     return text
