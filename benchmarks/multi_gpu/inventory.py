@@ -33,12 +33,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT / "tests" / "gpu")]
+sys.path.insert(0, str(ROOT / "tests" / "gpu"))  # gpu_harness (part 3)
+sys.path.insert(0, str(ROOT / "tests"))  # kubelet.emulator (part 2)
+sys.path.insert(0, str(ROOT / "src"))
 
-from gpuslice import codec, handoff, model  # noqa: E402
-from gpuslice.allocator import ClusterState, parse_policy  # noqa: E402
-from gpuslice.dialects import parse_pod  # noqa: E402
-from gpuslice.shim import Region  # noqa: E402
+from gpuslice import codec, handoff, model  # noqa: E402 (after the path set-up)
+from gpuslice.allocator import ClusterState, parse_policy  # noqa: E402 (after the path set-up)
+from gpuslice.dialects import parse_pod  # noqa: E402 (after the path set-up)
+from gpuslice.shim import Region  # noqa: E402 (after the path set-up)
 
 NODE = "multi-gpu-node"
 RESOURCE = "nvidia.com/gpu"
