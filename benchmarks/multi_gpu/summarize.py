@@ -21,6 +21,7 @@ from typing import Any
 MiB = 1 << 20
 BASELINE = "plain"
 TARGET = 0.02
+TOLERANCE = 4 * MiB  # accounted vs NVML: 2 MiB + one 2 MiB granule (DESIGN §6)
 
 
 def overhead(with_lib: float, without: float) -> float:
@@ -70,8 +71,8 @@ def nccl_section(runs: list[dict[str, Any]]) -> list[str]:
         extra = f" (overhead {1 - ddp[BASELINE] / ms:+.1%})" if BASELINE in ddp and k != BASELINE \
             else ""
         lines.append(f"- {k}: {ms:.2f} ms{extra}")
-    lines += ["", "Memory per rank on its GPU (MiB): NVML / accounted by the region / PyTorch "
-              "reserved, at NCCL up and after the all-reduces and DDP:", ""]
+    lines += ["", "Memory per rank on its GPU (MiB), first run of each configuration: NVML / "
+              "accounted by the region / PyTorch reserved, from the context to after DDP:", ""]
     for k in order:
         for r in labels[k][:1]:
             for rank in r.get("per_rank", []):
@@ -80,6 +81,9 @@ def nccl_section(runs: list[dict[str, Any]]) -> list[str]:
                     acc = "-" if m["accounted"] is None else f"{m['accounted'] / MiB:.0f}"
                     nv = "-" if m["nvml"] is None else f"{m['nvml'] / MiB:.0f}"
                     cells.append(f"{m['phase']} {nv}/{acc}/{m['reserved'] / MiB:.0f}")
+                    diff = m.get("accounted_minus_nvml")
+                    if diff is not None and abs(diff) > TOLERANCE:
+                        cells.append(f"OFF BY {diff / MiB:+.1f} MiB (> 2 MiB + a granule)")
                     if m.get("elsewhere"):
                         cells.append(f"ALSO ON {m['elsewhere']}")
                 lines.append(f"- {k} rank {rank['rank']}: " + "; ".join(cells))
