@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.backend == "nvml":
         out["nvml"] = nvml_report()
     base = Path(tempfile.mkdtemp(prefix="gs-inv"))  # short: unix socket paths
-    try:
+    try:  # a part that breaks (a missing wheel, an agent error) is reported; part 1 stays
         out["agent"] = asyncio.run(agent_allocate(args.backend, Path(args.library), base))
         out["problems"] = checks(out["agent"])
         if args.holder and not out["problems"]:
@@ -273,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
             caps = [d["total"] for d in h["devices"]]
             if caps != [POD_MIB << 20] * len(caps):
                 out["problems"].append(f"the capped process sees totals {caps}")
+    except Exception as exc:
+        traceback.print_exc()
+        out.setdefault("problems", []).append(f"{type(exc).__name__}: {exc}")
     finally:
         shutil.rmtree(base, ignore_errors=True)
     text = json.dumps(out, indent=1, default=str)
