@@ -128,8 +128,8 @@ def _connection(gpus: list[model.GPU]) -> tuple[bool, bool]:
     return len(numa) == 1, linked
 
 
-def _pod(assignment: model.PodAssignment | None) -> dict[str, Any]:
-    limits = {RESOURCE: "2", "nvidia.com/gpumem": str(POD_MIB),
+def _pod(count: int, assignment: model.PodAssignment | None) -> dict[str, Any]:
+    limits = {RESOURCE: str(count), "nvidia.com/gpumem": str(POD_MIB),
               "nvidia.com/gpucores": str(POD_CORES)}
     ann = {} if assignment is None else {
         codec.ASSIGNMENT_ANNOTATION: codec.encode_assignment(assignment),
@@ -144,7 +144,8 @@ def _pod(assignment: model.PodAssignment | None) -> dict[str, Any]:
             "status": {"phase": "Pending"}}
 
 
-async def agent_allocate(backend_spec: str, library: Path, base: Path) -> dict[str, Any]:
+async def agent_allocate(backend_spec: str, library: Path, base: Path, count: int
+                         ) -> dict[str, Any]:
     from lightkube import AsyncClient, KubeConfig
 
     from gpuslice.node.agent import Agent
@@ -174,11 +175,11 @@ async def agent_allocate(backend_spec: str, library: Path, base: Path) -> dict[s
         inv = codec.decode_inventory(published, node=NODE)
         state = ClusterState()
         state.add_node(inv)
-        placed = state.schedule(parse_pod(_pod(None)), parse_policy("topology"))
+        placed = state.schedule(parse_pod(_pod(count, None)), parse_policy("topology"))
         if placed is None:
             return {"inventory": json.loads(published),
-                    "error": "the allocator found no room for a 2-GPU pod on this node"}
-        pod = _pod(placed.assignment)
+                    "error": f"the allocator found no room for a {count}-GPU pod on this node"}
+        pod = _pod(count, placed.assignment)
         agent.cluster._put(pod)  # what the agent's informer would receive from the API server
         resp = (await kubelet.admit(pod))["main"]
     finally:
@@ -193,7 +194,8 @@ async def agent_allocate(backend_spec: str, library: Path, base: Path) -> dict[s
     region = Region.read(Path(region_dir) / "region", check_alive=False)
     chosen = [s.uuid for s in placed.assignment.containers[0].slices]
     by_uuid = {g.uuid: g for g in inv.gpus}
-    best = max((_connection(list(c)) for c in combinations(inv.gpus, 2)), default=(False, False))
+    best = max((_connection(list(c)) for c in combinations(inv.gpus, count)),
+               default=(False, False))
     return {
         "inventory": json.loads(published),
         "kubelet_devices": len(devices),
@@ -259,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="nvml", help="nvml (default) or fake:FILE.yaml")
     p.add_argument("--library", default=str(ROOT / "native" / "build" / "libgpuslice.so"))
+    p.add_argument("--gpus", type=int, default=2, help="GPUs of the pod (default 2; 1 for a "
+                   "rehearsal on a one-GPU machine)")
     p.add_argument("--holder", action="store_true", help="part 3: a PyTorch process on the pair")
     p.add_argument("--out", help="also write the JSON here")
     args = p.parse_args(argv)
@@ -267,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         out["nvml"] = nvml_report()
     base = Path(tempfile.mkdtemp(prefix="gs-inv"))  # short: unix socket paths
     try:  # a part that breaks (a missing wheel, an agent error) is reported; part 1 stays
-        out["agent"] = asyncio.run(agent_allocate(args.backend, Path(args.library), base))
+        out["agent"] = asyncio.run(agent_allocate(args.backend, Path(args.library), base,
+                                                   args.gpus))
         out["problems"] = checks(out["agent"])
         if args.holder and not out["problems"]:
             out["holder"] = h = holder(out["agent"])

@@ -10,7 +10,8 @@
 # usage: benchmarks/multi_gpu/run.sh RESULTS_DIR [--dry-run]
 #   --dry-run: a CPU machine's check of this script: the GPU tests skip, inventory.py runs the
 #   agent on benchmarks/multi_gpu/fake_gpus.yaml, nccl_bench.py only parses its arguments.
-#   env: BUDGET (s, default 450: every phase is cut to what is left of it), NPROC (default 2),
+#   env: BUDGET (s, default 450: every phase is cut to what is left of it), NPROC (default 2:
+#   ranks and the pod's GPUs; NPROC=1 rehearses every path on a one-GPU machine),
 #   CAPS (default "24Gi 20Gi": the caps of GPU 0, 1, ..., repeated for more ranks),
 #   SM_LIMIT (default 50)
 # Writes at most 8 files to RESULTS_DIR (the device tool brings back no more): run.log, env.json,
@@ -104,6 +105,7 @@ if [[ $BUILT == 1 ]]; then
 
   phase "2. inventory and the agent's Allocate"
   if [[ $DRY == 1 ]]; then INV=(--backend "fake:$HERE/fake_gpus.yaml"); else INV=(--holder); fi
+  INV+=(--gpus "$NPROC")
   run_limited "$(limit 90)" "inventory.py" python3 "$HERE/inventory.py" "${INV[@]}" \
     --out "$RESULTS/inventory.json"
 

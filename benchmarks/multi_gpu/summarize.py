@@ -36,12 +36,12 @@ def _by_label(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _busbw(runs: list[dict[str, Any]]) -> dict[int, float]:
-    """size -> median bus bandwidth over the runs of one configuration."""
+def _median(runs: list[dict[str, Any]], key: str) -> dict[int, float]:
+    """size -> median of `key` (busbw_gbs, algbw_gbs) over the runs of one configuration."""
     sizes: dict[int, list[float]] = {}
     for r in runs:
         for row in r.get("all_reduce", []):
-            sizes.setdefault(row["bytes"], []).append(row["busbw_gbs"])
+            sizes.setdefault(row["bytes"], []).append(row[key])
     return {s: statistics.median(v) for s, v in sorted(sizes.items())}
 
 
@@ -51,7 +51,8 @@ def nccl_section(runs: list[dict[str, Any]]) -> list[str]:
     labels = _by_label(runs)
     order = [BASELINE, *sorted(k for k in labels if k != BASELINE)]
     order = [k for k in order if k in labels]
-    bw = {k: _busbw(labels[k]) for k in order}
+    bw = {k: _median(labels[k], "busbw_gbs") for k in order}
+    alg = {k: _median(labels[k], "algbw_gbs") for k in order}  # busbw x a constant; 1 rank: 0
     rounds = ", ".join(f"{k} x{len(labels[k])}" for k in order)
     lines = [f"All-reduce (float32 sum), bus bandwidth GB/s, median of rounds ({rounds}); "
              f"overhead = 1 - with/without {BASELINE} (target <= {TARGET:.0%}):", ""]
@@ -61,8 +62,8 @@ def nccl_section(runs: list[dict[str, Any]]) -> list[str]:
     for size in bw[order[0]]:
         cells = [f"{size // MiB} MiB"] + [f"{bw[k].get(size, float('nan')):.1f}" for k in order]
         if BASELINE in bw:
-            cells += [f"{overhead(bw[k][size], bw[BASELINE][size]):+.1%}" for k in others
-                      if size in bw[k]]
+            cells += [f"{overhead(alg[k][size], alg[BASELINE][size]):+.1%}" for k in others
+                      if size in alg[k]]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "DDP step (ms, median of each run's median):", ""]
     ddp = {k: statistics.median(r["ddp"]["step_ms_median"] for r in labels[k] if "ddp" in r)
