@@ -122,7 +122,8 @@ def inventory_section(inv: dict[str, Any] | None) -> list[str]:
                      f"nvlinkPeers={g.get('nvlinkPeers', [])}")
     if "assignment" in agent:
         env = agent["env"]
-        lines.append(f"- Allocate (topology, 2 GPUs): {agent['assignment']}, connection "
+        chosen = agent["assignment"]
+        lines.append(f"- Allocate (topology, {len(chosen)} GPUs): {chosen}, connection "
                      f"{agent['connection']} (best on node {agent['best_connection_on_node']}); "
                      f"GPUSLICE_DEVICE_UUIDS={env.get('GPUSLICE_DEVICE_UUIDS')}, limits "
                      f"{[v for k, v in sorted(env.items()) if 'MEMORY_LIMIT_' in k]}")
