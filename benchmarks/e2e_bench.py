@@ -2,17 +2,20 @@
 scheduler calling the extender's verbs, and the emulated node agent; how fast are they bound,
 and is any GPU over-committed (DESIGN §6: >= 300 pods/s, zero over-committed GPUs)?
 
-What runs: the API server (tests/kubeapi's server in its own process, or a real kube-apiserver
-+ etcd when KUBEBUILDER_ASSETS has them), `gpuslice webhook` and `gpuslice scheduler` as their
-own processes (HTTPS webhook registered with a MutatingWebhookConfiguration; the extender with
-Lease leader election), the scheduler (tests/kubeapi's driver, which plays kube-scheduler with
-its real bodies one pod at a time, or the real kube-scheduler when KUBEBUILDER_ASSETS has one,
-configured from deploy/scheduler/kube-scheduler-config.yaml), and a node-agent emulator: it
-marks gpuslice.io/allocated on each bound pod after --allocate-ms (no kubelet here; without it
-the in-flight rule would hold back pods the agent cannot tell apart).
+What runs, each in its own process (so each has a core where the machine has them): the API
+server (tests/kubeapi's server, or a real kube-apiserver + etcd when KUBEBUILDER_ASSETS has
+them), `gpuslice webhook` (HTTPS, registered with a MutatingWebhookConfiguration), `gpuslice
+scheduler` (Lease leader election), the scheduler (tests/kubeapi's driver, which plays
+kube-scheduler with its real bodies one pod at a time, or the real kube-scheduler when
+KUBEBUILDER_ASSETS has one, configured from deploy/scheduler/kube-scheduler-config.yaml), a
+node-agent emulator (this script, `--role agent`: it marks gpuslice.io/allocated on each bound
+pod after --allocate-ms, as the node agent does; without it the in-flight rule would hold back
+pods the agent cannot tell apart), and this process, which creates the pods (--concurrency in
+flight, plain aiohttp: the harness's kubectl).
 --restart SIGKILLs the extender when half the pods are bound and starts a new one.
-Prints one JSON object: pods_per_s (bound / seconds from the first create to the last bind),
-bound, overcommitted_gpus (recomputed from the API's pods and nodes), and what ran.
+Prints one JSON object: pods_per_s (bound / seconds from the first create to the last bind
+the agent saw), bound, overcommitted_gpus (recomputed from the API's pods and nodes), CPU per
+pod of every process, the machine's cpu_count and load, and what ran.
 Usage: python benchmarks/e2e_bench.py [--nodes 100 --pods 2000 --restart --json]
 """
 
@@ -48,8 +51,9 @@ sys.path.insert(0, str(ROOT / "tests"))  # the test API server and the scheduler
 from gpuslice import codec, handoff, model  # noqa: E402
 from gpuslice.allocator import footprint  # noqa: E402
 from gpuslice.kube.cache import Change, Informer  # noqa: E402
-from gpuslice.kube.client import dict_view  # noqa: E402
+from gpuslice.kube.client import dict_view, make_client  # noqa: E402
 from gpuslice.kube.patch import patch_metadata  # noqa: E402
+from gpuslice.scheduler.state import trim_pod  # noqa: E402
 from kubeapi.certs import make_pki  # noqa: E402
 from kubeapi.envtest import ControlPlane, find_assets  # noqa: E402
 from kubeapi.scheduler_driver import DriverConfig, SchedulerDriver  # noqa: E402
@@ -171,7 +175,7 @@ async def wait_http(url: str, what: str, timeout: float = 60.0, **kw: Any) -> No
 
 class AgentEmulator:
     """Marks gpuslice.io/allocated on each bound pod after `delay_s`, as the node agent does
-    after the kubelet's Allocate calls; counts bound pods for the benchmark."""
+    after the kubelet's Allocate calls; records when it saw each pod bound."""
 
     def __init__(self, client: AsyncClient, delay_s: float) -> None:
         self.client, self.delay_s = client, delay_s
@@ -180,15 +184,15 @@ class AgentEmulator:
         self._tasks: set[asyncio.Task[None]] = set()
         self.informer: Informer[Any] = Informer(client, Pod,
                                                 labels={handoff.MANAGED_LABEL: "true"},
-                                                handler=self._on)
+                                                trim=trim_pod, handler=self._on)
 
     def _on(self, c: Change[Any]) -> None:
         pod = c.new
-        if pod is None or not (pod.get("spec") or {}).get("nodeName") or c.key in self.bound:
+        if pod is None or not pod["spec"].get("nodeName") or c.key in self.bound:
             return
         self.bound[c.key] = time.monotonic()
         self.changed.set()
-        if codec.ASSIGNMENT_ANNOTATION in (pod["metadata"].get("annotations") or {}):
+        if codec.ASSIGNMENT_ANNOTATION in pod["metadata"]["annotations"]:
             task = asyncio.get_running_loop().create_task(self._allocate(pod))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -208,6 +212,11 @@ class AgentEmulator:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), max(0.0, deadline - time.monotonic()))
         return len(self.bound)
+
+    async def finish(self) -> None:
+        """Let the marks under way land."""
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=10)
 
 
 def overcommitted(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[int, int]:
@@ -242,6 +251,98 @@ def overcommitted(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tu
     return bad, stray
 
 
+def api_session(kubeconfig: Path, limit: int) -> aiohttp.ClientSession:
+    """A plain aiohttp session with the kubeconfig's server, CA, client certificate and token."""
+    from lightkube.config.client_adapter import verify_cluster
+
+    config = KubeConfig.from_file(kubeconfig).get()
+    tls = verify_cluster(config.cluster, config.user, config.abs_file)
+    headers = {"Authorization": f"Bearer {config.user.token}"} if config.user.token else {}
+    return aiohttp.ClientSession(base_url=config.cluster.server, headers=headers,
+                                 connector=aiohttp.TCPConnector(ssl=tls, limit=limit),
+                                 timeout=aiohttp.ClientTimeout(total=60))
+
+
+class Child:
+    """This script in another role (`--role driver|agent`), in its own process so each part of
+    the pipeline has a core of its own where there are cores; it reports JSON lines on stdout
+    (its figures, and its own CPU time at the end) and stops when its stdin closes."""
+
+    def __init__(self, role: str, *args: str) -> None:
+        self.role, self.args = role, args
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> dict[str, Any]:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--role", self.role, *self.args,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        return await self.line()
+
+    async def line(self) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdout is not None
+        text = await self.proc.stdout.readline()
+        if not text:
+            raise SystemExit(f"e2e_bench: the {self.role} process ended early (exit "
+                             f"{await self.proc.wait()})")
+        return dict(json.loads(text))
+
+    async def finish(self) -> dict[str, Any]:
+        """Close its stdin, read its last report and wait for it to exit."""
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.close()
+        report = await self.line()
+        await self.proc.wait()
+        return report
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+
+
+def say(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+async def stdin_closed() -> None:
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.buffer.read)
+
+
+async def driver_role(a: argparse.Namespace) -> None:
+    """tests/kubeapi's kube-scheduler driver, until stdin closes; then its statistics."""
+    deploy = yaml.safe_load((ROOT / "deploy/scheduler/kube-scheduler-config.yaml").read_text())
+    extender = {**deploy["extenders"][0], "urlPrefix": a.extender_url}
+    config = DriverConfig.from_extender(extender, initial_backoff=0.2, max_backoff=2.0,
+                                        seed=a.seed)
+    async with SchedulerDriver(Path(a.kubeconfig), config) as driver:
+        say({"ready": True})
+        await stdin_closed()
+    stats = driver.stats
+    say({"failed": stats.failed,
+         "top_failures": Counter(m[:120] for _, m in stats.failures).most_common(3),
+         "verb_ms_p50": {verb: round(sorted(ts)[len(ts) // 2] * 1000, 1)
+                         for verb, ts in stats.verb_seconds.items() if ts},
+         "cpu_s": time.process_time()})
+
+
+async def agent_role(a: argparse.Namespace) -> None:
+    """The node-agent emulator: reports when half and then all --pods are bound."""
+    client = make_client(a.kubeconfig)  # as the node agent's
+    agent = AgentEmulator(client, a.allocate_ms / 1000)
+    task = asyncio.create_task(agent.informer.run())
+    await agent.informer.synced.wait()
+    say({"ready": True})
+    say({"half": await agent.wait_bound(a.pods // 2, a.timeout)})
+    bound = await agent.wait_bound(a.pods, a.timeout)
+    say({"bound": bound, "last": max(agent.bound.values(), default=None)})
+    await stdin_closed()
+    await agent.finish()
+    agent.informer.stop()
+    await task
+    await client.close()
+    say({"cpu_s": time.process_time()})
+
+
 async def run(a: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
     assets = find_assets(os.environ.get("KUBEBUILDER_ASSETS"))
@@ -255,6 +356,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     procs = Processes(work, kubeconfig)
     client = AsyncClient(config=KubeConfig.from_file(kubeconfig))
     sched_proc = None
+    children: list[Child] = []
     try:
         for i in range(a.nodes):
             name = f"gpu-{i:03d}"
@@ -269,75 +371,85 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         procs.start_extender()
         ext_url = f"http://127.0.0.1:{procs.extender_port}"
         await wait_http(f"{ext_url}/readyz", "the extender")
-        deploy = yaml.safe_load((ROOT / "deploy/scheduler/kube-scheduler-config.yaml")
-                                .read_text())
-        extender = {**deploy["extenders"][0], "urlPrefix": ext_url}
-        agent = AgentEmulator(client, a.allocate_ms / 1000)
-        agent_task = asyncio.create_task(agent.informer.run())
-        await agent.informer.synced.wait()
+        common = ("--kubeconfig", str(kubeconfig), "--pods", str(a.pods),
+                  "--timeout", str(a.timeout), "--seed", str(a.seed))
+        agent = Child("agent", *common, "--allocate-ms", str(a.allocate_ms))
+        children.append(agent)
+        await agent.start()
+        driver = None
         if plane is not None and plane.assets.kube_scheduler is not None:
+            deploy = yaml.safe_load((ROOT / "deploy/scheduler/kube-scheduler-config.yaml")
+                                    .read_text())
             cfg = work / "kube-scheduler.yaml"
-            cfg.write_text(yaml.safe_dump({**deploy, "extenders": [extender],
-                                           "leaderElection": {"leaderElect": False}}))
+            cfg.write_text(yaml.safe_dump({
+                **deploy, "extenders": [{**deploy["extenders"][0], "urlPrefix": ext_url}],
+                "leaderElection": {"leaderElect": False}}))
             sched_proc = plane.start_scheduler(cfg)
             scheduler_name = "kube-scheduler " + plane.version.split()[-1]
-            driver_ctx: Any = contextlib.nullcontext()
         else:
             scheduler_name = "driver"
-            driver_ctx = SchedulerDriver(kubeconfig, DriverConfig.from_extender(
-                extender, initial_backoff=0.2, max_backoff=2.0, seed=a.seed))
+            driver = Child("driver", *common, "--extender-url", ext_url)
+            children.append(driver)
+            await driver.start()
         rng = random.Random(a.seed)
         shapes = [s for s, w in SHAPES for _ in range(w)]
-        bodies = [pod_body(f"job-{i:05d}", rng.choice(shapes), not a.no_webhook)
+        bodies = [json.dumps(pod_body(f"job-{i:05d}", rng.choice(shapes), not a.no_webhook))
                   for i in range(a.pods)]
-        async with driver_ctx:
+        cpu_before = time.process_time()
+        async with api_session(kubeconfig, a.concurrency) as api:
             t0 = time.monotonic()
             gate = asyncio.Semaphore(a.concurrency)
 
-            async def create(body: dict[str, Any]) -> None:
-                async with gate:
-                    await client.create(dict_view(Pod)(body))  # type: ignore[call-arg]
+            async def create(body: str) -> None:
+                async with gate, api.post("/api/v1/namespaces/default/pods", data=body,
+                                          headers={"Content-Type": "application/json"}) as r:
+                    if r.status != 201:
+                        raise SystemExit(f"e2e_bench: creating a pod: HTTP {r.status}: "
+                                         f"{(await r.text())[:300]}")
 
             creating = asyncio.gather(*(create(b) for b in bodies))
+            await agent.line()  # half of the pods are bound
             restarted = False
             if a.restart:
-                await agent.wait_bound(a.pods // 2, a.timeout)
                 procs.kill_extender(signal.SIGKILL)  # no clean-up: a crash mid-stream
                 procs.start_extender()
                 await wait_http(f"{ext_url}/readyz", "the restarted extender")
                 restarted = True
             await creating
-            bound = await agent.wait_bound(a.pods, a.timeout)
-            elapsed = max(agent.bound.values(), default=t0) - t0
-            stats = getattr(driver_ctx, "stats", None)
-        cpu = {"extender": procs.extender_cpu_s + cpu_seconds(procs.extender.pid),  # type: ignore[union-attr]
-               "bench (driver, node-agent emulator, pod creation)": time.process_time()}
+        cpu = {"pod creation": time.process_time() - cpu_before}
+        done = await agent.line()
+        bound, last = int(done["bound"]), done["last"]
+        elapsed = (last - t0) if last is not None else 0.0
+        cpu["extender"] = procs.extender_cpu_s + cpu_seconds(procs.extender.pid)  # type: ignore[union-attr]
         if procs.webhook is not None:
             cpu["webhook"] = cpu_seconds(procs.webhook.pid)
         if server is not None:
             cpu["api_server"] = cpu_seconds(server.process.pid)
+        stats = await driver.finish() if driver is not None else None
+        if stats is not None:
+            cpu["driver"] = stats["cpu_s"]
+        cpu["node-agent emulator"] = (await agent.finish())["cpu_s"]
         pods = [dict(p) async for p in client.list(dict_view(Pod), namespace="default")]
         nodes = [dict(n) async for n in client.list(dict_view(Node))]
         bad, stray = overcommitted(nodes, pods)
-        agent.informer.stop()
-        await agent_task
         return {
             "pods_per_s": round(bound / elapsed, 1) if elapsed > 0 else None,
             "bound": bound, "pods": a.pods, "nodes": a.nodes, "gpus_per_node": a.gpus,
             "seconds": round(elapsed, 2), "overcommitted_gpus": bad,
             "bound_without_assignment": stray, "restarted_extender": restarted,
-            "failed_scheduling_attempts": stats.failed if stats else None,
-            "top_failures": Counter(m[:120] for _, m in stats.failures).most_common(3)
-            if stats else None,
-            "verb_ms_p50": {verb: round(sorted(ts)[len(ts) // 2] * 1000, 1)
-                            for verb, ts in (stats.verb_seconds.items() if stats else ()) if ts},
+            "failed_scheduling_attempts": stats["failed"] if stats else None,
+            "top_failures": stats["top_failures"] if stats else None,
+            "verb_ms_p50": stats["verb_ms_p50"] if stats else None,
             "cpu_ms_per_pod": {k: round(v * 1000 / max(bound, 1), 2) for k, v in cpu.items()},
+            "cpu_count": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
             "api_server": api_name, "scheduler": scheduler_name, "webhook": webhook,
             "extender": "gpuslice scheduler (own process, Lease leader election)",
-            "node_agent": f"emulated: marks gpuslice.io/allocated {a.allocate_ms:g} ms after "
-                          "it sees a pod bound",
+            "node_agent": f"emulated (own process): marks gpuslice.io/allocated "
+                          f"{a.allocate_ms:g} ms after it sees a pod bound",
         }
     finally:
+        for child in children:
+            child.kill()
         await client.close()
         if sched_proc is not None:
             sched_proc.stop()
@@ -373,7 +485,13 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--role", choices=("driver", "agent"), help=argparse.SUPPRESS)
+    ap.add_argument("--kubeconfig", help=argparse.SUPPRESS)
+    ap.add_argument("--extender-url", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.role is not None:
+        asyncio.run(driver_role(a) if a.role == "driver" else agent_role(a))
+        return 0
     out = asyncio.run(run(a))
     print(json.dumps(out) if a.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
     return 0 if out["overcommitted_gpus"] == 0 and out["bound"] == a.pods else 1

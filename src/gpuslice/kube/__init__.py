@@ -2,6 +2,7 @@
 
 Modules, in the order to open them:
   client.py   make_client(): kubeconfig / $KUBECONFIG / service account -> lightkube AsyncClient
+  transport.py  the bytes under that client: aiohttp instead of httpx2's pure-Python pool
   errors.py   the typed API-error tree (Conflict, NotFound, Gone, Forbidden, Invalid, Unavailable)
   patch.py    merge-patch annotations/labels, guarded by resourceVersion; retry_on_conflict
   events.py   EventRecorder: best-effort core/v1 Events, repeats aggregated into `count`

@@ -23,10 +23,12 @@ from typing import Any
 import httpx2
 import yaml
 from lightkube import AsyncClient, ConfigError, KubeConfig
+from lightkube.config.client_adapter import verify_cluster
 from lightkube.core import resource as lkr
 from lightkube.generic_resource import Generic
 
 from gpuslice.errors import EnvironmentProblem
+from gpuslice.kube.transport import AiohttpTransport
 
 __all__ = ["FIELD_MANAGER", "dict_view", "load_config", "make_client"]
 
@@ -90,12 +92,16 @@ def _checked(config: KubeConfig, source: str, context: str | None) -> KubeConfig
 def make_client(kubeconfig: str | None = None, *, context: str | None = None,
                 timeout_s: float = 10, field_manager: str = FIELD_MANAGER,
                 service_account: str = SERVICE_ACCOUNT) -> AsyncClient:
-    """An AsyncClient for the configuration found; every request times out after `timeout_s`
-    (watches excepted: lightkube lifts the read timeout for them)."""
+    """An AsyncClient for the configuration found, sending through aiohttp (transport.py);
+    every request times out after `timeout_s` (watches excepted: lightkube lifts the read
+    timeout for them)."""
     config = load_config(kubeconfig, context=context, service_account=service_account)
     try:
-        return AsyncClient(config.get(context), timeout=httpx2.Timeout(timeout_s),
-                           field_manager=field_manager)
+        single = config.get(context)
+        assert single.user is not None, "the kubeconfig context has no user"
+        tls = verify_cluster(single.cluster, single.user, single.abs_file)
+        return AsyncClient(single, timeout=httpx2.Timeout(timeout_s),
+                           field_manager=field_manager, transport=AiohttpTransport(tls))
     except (ConfigError, OSError, ValueError, AssertionError) as exc:
         # e.g. a CA file that does not exist, a user entry without credentials
         raise EnvironmentProblem(
