@@ -270,18 +270,8 @@ def test_dra_adds_the_device_class_of_the_driver_the_agent_publishes_as(tmp_path
     host = {v["hostPath"]["path"] for v in find(objs, "DaemonSet", "-node-agent")["spec"][
         "template"]["spec"]["volumes"] if "hostPath" in v}
     assert {node.dra.plugin_dir, node.dra.registry_dir, node.dra.cdi_dir} <= host
-
-
-def test_dra_gives_the_node_agent_the_contracts_rbac():
-    agent = find(render("DRA"), "ClusterRole", "-node-agent")
-    granted = {(res, verb) for r in agent["rules"] if r["apiGroups"] == ["resource.k8s.io"]
-               for res in r["resources"] for verb in r["verbs"]}
-    wanted = {("resourceslices", v) for v in (
-        "get", "list", "watch", "create", "update", "patch", "delete")} | {
-        ("resourceclaims", v) for v in ("get", "list", "watch")} | {
-        ("resourceclaims/status", v) for v in ("get", "patch", "update")} | {
-        ("deviceclasses", v) for v in ("get", "list")}
-    assert granted == wanted
+    agent = find(objs, "ClusterRole", "-node-agent")  # exactly which: the RBAC test's DRA flow
+    assert [r for r in agent["rules"] if r["apiGroups"] == ["resource.k8s.io"]]
 
 
 def test_dra_on_a_cluster_without_resource_v1_fails_with_what_to_do():

@@ -30,10 +30,12 @@ from lightkube.config.models import User
 from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace, Node, Pod, Secret
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 from rbac import Access, Rule, access, rules_for
 from test_chart import config_file, find, render
 
 from gpuslice import codec, handoff
+from gpuslice.dra import DRIVER
 from gpuslice.kube.client import FIELD_MANAGER, dict_view
 from gpuslice.node import settings as node_settings
 from gpuslice.node.agent import Agent
@@ -44,6 +46,8 @@ from gpuslice.webhook import config as webhook_config
 from gpuslice.webhook.certgen import certgen, write_dir
 from gpuslice.webhook.certs import ensure
 from gpuslice.webhook.command import Server
+from kubeapi.dra_allocator import StandInAllocator
+from kubelet.dra import DraKubelet
 from kubelet.emulator import Kubelet, short_dir
 from kubelet.nodeharness import agent_paths, started_agent, wait_for
 from kubelet.pods import NODE, container, gpu, pod
@@ -94,17 +98,23 @@ def uncovered(used: list[Access], rules: list[Rule],
     return denied, unused
 
 
-def check(kube_api: Any, component: str, account: str) -> None:
-    rules, outside = rules_for(render("default"), account, NS)
+def check(kube_api: Any, component: str, account: str, case: str = "default",
+          group: str | None = None) -> None:
+    """`group`: judge only the rules and requests of that API group (a flow of one feature)."""
+    rules, outside = rules_for(render(case), account, NS)
+    if group is not None:
+        rules = [r for r in rules if group in r.groups]
     assert outside == OUTSIDE_ROLES.get(component, set()), (
         f"{component}: roles bound from outside the chart changed: {sorted(outside)}")
     mine = [r for r in kube_api.server.requests
             if r.authorization == f"Bearer {token(component)}"]
     other = [f"{r.method} {r.path}" for r in mine if access(r.method, r.path, r.query) is None]
     assert not other, f"{component}: non-resource requests, which the chart grants none: {other}"
-    used = [a for r in mine if (a := access(r.method, r.path, r.query)) is not None]
+    used = [a for r in mine if (a := access(r.method, r.path, r.query)) is not None
+            and group in (None, a.group)]
     assert used, f"{component}: no request carried its token; is its client the one built here?"
-    elsewhere = NEEDED_ELSEWHERE.get(component, {})
+    elsewhere = {k: v for k, v in NEEDED_ELSEWHERE.get(component, {}).items()
+                 if group in (None, k[0])}
     lost = [f"{verb} {resource}: {why}" for (group, resource, verb), why in elsewhere.items()
             if not any((group, resource, verb) in set(r.grants()) for r in rules)]
     assert not lost, f"{component}: the chart no longer grants what is needed elsewhere: {lost}"
@@ -211,6 +221,10 @@ async def agent_on_node(client: AsyncClient, objs: list[dict[str, Any]],
     cfg = node_settings.load(config_file(objs, "-node-agent", "node-agent.yaml", tmp_path),
                              environ={"GPUSLICE_NODE_NODE_NAME": NODE}, flags={
         **agent_paths(base), "splitCount": 4, "verifyIntervalSeconds": 0.1})
+    if cfg.dra.enabled:  # the chart's DRA host paths, moved too
+        cfg = msgspec.structs.replace(cfg, dra=msgspec.structs.replace(
+            cfg.dra, plugin_dir=str(base / "plugin"), registry_dir=str(base / "registry"),
+            cdi_dir=str(base / "cdi")))
     async with started_agent(cfg, client, base) as running:
         yield running
 
@@ -241,6 +255,49 @@ async def test_the_node_agent_is_granted_exactly_what_it_calls(kube_api, tmp_pat
             await agent._watchdog_once()  # a LimitViolation event on the node
             await agent.cluster.events.flush()
     check(kube_api, "node-agent", service_account(objs, "DaemonSet", "-node-agent"))
+
+
+async def test_the_node_agent_with_dra_is_granted_exactly_what_it_calls(kube_api, tmp_path):
+    """The DRA flows: publish the slice, prepare a claim (status.devices), unprepare, remove
+    the slice at uninstall; the device-plugin flows' grants are covered by the test above."""
+    objs = render("DRA")
+    async with clients(kube_api, "node-agent") as (admin, mine):
+        await admin.create(dict_view(Node)({"apiVersion": "v1", "kind": "Node",
+                                            "metadata": {"name": NODE}}))
+        await admin.create(dict_view(DeviceClass)(find(objs, "DeviceClass")))
+        async with agent_on_node(mine, objs, tmp_path) as (agent, _, backend):
+            async def published() -> bool:
+                found = [s async for s in admin.list(dict_view(ResourceSlice))]
+                return bool(found)
+
+            await wait_for(published, "the node's ResourceSlice")
+            dra = DraKubelet(Path(agent.cfg.dra.registry_dir))
+            await dra.start()
+            try:
+                await dra.wait_registered(DRIVER)
+                claim = dict(await admin.create(dict_view(ResourceClaim)({
+                    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                    "metadata": {"name": "share", "namespace": "default"},
+                    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                        "deviceClassName": DRIVER,
+                        "capacity": {"requests": {"memory": "1Gi", "cores": "30"}}}}]}}}),
+                    namespace="default"))
+                assert await StandInAllocator(admin).allocate_pending() == (1, 0)
+                assert not (await dra.prepare(DRIVER, claim))[claim["metadata"]["uid"]].error
+
+                async def reported() -> bool:
+                    got = await admin.get(dict_view(ResourceClaim), "share", namespace="default")
+                    return bool((got.get("status") or {}).get("devices"))
+
+                await wait_for(reported, "status.devices of the prepared claim")
+                assert not (await dra.unprepare(DRIVER, claim))[claim["metadata"]["uid"]].error
+            finally:
+                await dra.stop()
+            lost = {backend.devices()[1].uuid: "XID 79"}
+            await agent.publisher.publish(agent.devices, lost, 1.0)  # a health change
+            await agent.publisher.remove()  # what --remove-dra-slices does
+    check(kube_api, "node-agent", service_account(objs, "DaemonSet", "-node-agent"), "DRA",
+          group="resource.k8s.io")
 
 
 async def test_the_webhook_is_granted_exactly_what_it_calls(kube_api, tmp_path):
