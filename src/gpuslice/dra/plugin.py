@@ -175,6 +175,9 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
 
     # ---- the work
     def answer(self, c: ClaimShares) -> list[pb.Device]:
+        # every device names the claim's CDI device (a container may use one request of the
+        # claim only); the kubelet passes a repeated id on, and CDI applies it idempotently
+        # (mounts and device nodes replaced by path, env by name)
         ids = [cdi.device_id(c.uid)]
         out = []
         for s in c.shares:

@@ -16,9 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from gpuslice.dra import DRIVER, cdi
+from gpuslice.dra.proto import pluginregistration_pb2 as reg
+from gpuslice.dra.proto import pluginregistration_pb2_grpc as reg_grpc
 from gpuslice.node.agent import Agent
 from gpuslice.node.nvml import FakeBackend
 from gpuslice.node.settings import load
@@ -217,3 +220,14 @@ async def test_many_claims_prepared_at_once_never_overlap(kube_api, raw, n_claim
         got = await asyncio.gather(*(n.kubelet.prepare(DRIVER, o) for o in objs))
         assert all(r[o["metadata"]["uid"]].error == "" for r, o in zip(got, objs, strict=True))
         assert len(os.listdir(n.base / "cdi")) == n_claims
+
+
+async def test_a_refused_registration_makes_the_agent_unready_and_says_why(kube_api, caplog):
+    async with dra_node(kube_api) as n:
+        await wait_for(lambda: n.agent.ready() is None, "agent ready")
+        sock = n.base / "registry" / f"{DRIVER}-reg.sock"
+        async with grpc.aio.insecure_channel(f"unix://{sock}") as ch:
+            await reg_grpc.RegistrationStub(ch).NotifyRegistrationStatus(
+                reg.RegistrationStatus(plugin_registered=False, error="version not supported"))
+        assert "the DRA driver gpu.gpuslice.io" in (n.agent.ready() or "")
+        assert "the kubelet refused the DRA plugin: version not supported" in caplog.text
