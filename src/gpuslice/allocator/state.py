@@ -7,7 +7,9 @@ Invariants: per-GPU usage == sum of the footprints of the committed pods (usage.
 rule); no GPU is over-committed in memory, cores or slots; every node's NodeSnapshot is
 rebuilt on each change to it (O(GPUs)) and its NodeTable row updated (the table is rebuilt
 lazily when the node set changes), so a filter over all nodes reads summary columns first;
-prepared pods (fit.prepare, pure) are reused, at most _PREPARED kept.
+prepared pods (fit.prepare, pure) are reused per shape, at most _PREPARED kept; with `reuse`
+(the default) an every-node filter and its scores are kept per shape and only the nodes changed
+since are decided again (reuse.py).
 Failure: `assign` raises AllocationError listing every problem and leaves the state as it was.
 Health is not checked on assign (a GPU may turn unhealthy under running pods).
 Tests: tests/unit/allocator/test_state.py, test_fit_properties.py, test_search_properties.py
@@ -17,9 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from gpuslice.allocator import fit, score
+from gpuslice.allocator import fit, score, search
 from gpuslice.allocator.fit import FilterResult, Placement
 from gpuslice.allocator.policies import Policy
+from gpuslice.allocator.reuse import Reuse, shape_of
 from gpuslice.allocator.usage import (
     AllocationError,
     GPUUsage,
@@ -39,7 +42,8 @@ _PREPARED = 256
 class ClusterState:
     """Mutable cluster view; every read goes through immutable per-node snapshots."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, reuse: bool = True) -> None:
+        self._reuse = Reuse() if reuse else None
         self._inv: dict[str, NodeInventory] = {}
         self._use: dict[str, list[Use]] = {}
         self._snap: dict[str, NodeSnapshot] = {}
@@ -48,7 +52,7 @@ class ClusterState:
         self._node_pods: dict[str, set[str]] = {}
         self._names: list[str] | None = []
         self._table: NodeTable | None = None
-        self._prepared: dict[tuple[PodRequest, Policy], fit._Ctx] = {}
+        self._prepared: dict[tuple[PodRequest, Policy, int], fit._Ctx] = {}
 
     # -- nodes ---------------------------------------------------------------------------
     def add_node(self, inv: NodeInventory) -> list[str]:
@@ -80,6 +84,8 @@ class ClusterState:
             del self._pods[k], self._fp[k]
         if self._inv.pop(name, None) is not None:
             self._names = self._table = None
+            if self._reuse is not None:
+                self._reuse.changed(name)
         self._use.pop(name, None)
         self._snap.pop(name, None)
         return dropped
@@ -97,25 +103,40 @@ class ClusterState:
         snap = self._snap[name] = NodeSnapshot(self._inv[name], self._use[name])
         if self._table is not None and not self._table.update(snap):
             self._table = None
+        if self._reuse is not None:
+            self._reuse.changed(name)
 
     # -- placement -----------------------------------------------------------------------
     def filter(self, pod: PodRequest, policy: Policy,
                nodes: Iterable[str] | None = None) -> FilterResult:
-        key = (pod, policy)
+        """Every node (None) or the named ones: fits with placements, the others with reasons."""
+        key = (shape_of(pod), policy, search.MAX_SEARCH)  # the budget decides too (tests vary it)
         ctx = self._prepared.get(key)
         if ctx is None:  # a pod is often filtered again (retries, filter then prioritize)
             if len(self._prepared) >= _PREPARED:
                 self._prepared.clear()
             ctx = self._prepared[key] = fit.prepare(pod, policy)
-        if nodes is None:  # every node: the column table decides most of them in bulk
-            if self._table is None:
-                self._table = NodeTable(self._snap)
-            return fit.filter_nodes(self._snap, self._table.names, ctx, self._table)
-        return fit.filter_nodes(self._snap, nodes, ctx)
+        if nodes is not None:
+            return fit.filter_nodes(self._snap, nodes, ctx)
+        if self._reuse is None:
+            return self._bulk(ctx)
+        node = policy.with_overrides(pod.node_policy, pod.gpu_policy).node
+        return self._reuse.filter(key, ctx, node, self._snap, self._bulk)
+
+    def _bulk(self, ctx: fit._Ctx) -> FilterResult:
+        """Every node through the column table, which decides most of them at once."""
+        if self._table is None:
+            self._table = NodeTable(self._snap)
+        return fit.filter_nodes(self._snap, self._table.names, ctx, self._table)
 
     def prioritize(self, pod: PodRequest, policy: Policy,
                    fits: dict[str, Placement]) -> dict[str, int]:
         node = policy.with_overrides(pod.node_policy, pod.gpu_policy).node
+        if self._reuse is not None:
+            got = self._reuse.scores((shape_of(pod), policy, search.MAX_SEARCH), fits,
+                                     self._snap, self._bulk)
+            if got is not None:
+                return got
         return score.prioritize(node, fits)
 
     def schedule(self, pod: PodRequest, policy: Policy) -> Placement | None:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
-from itertools import filterfalse
+from itertools import compress, filterfalse
+from operator import attrgetter, not_
 from typing import Any
 
 import msgspec
@@ -36,6 +37,7 @@ WAITING = "waiting for pod {} to be allocated on this node"
 UNACCOUNTED = "node has GPU assignments gpuslice cannot account for"
 _CACHE_S = 2.0  # a filter's result serves the prioritize that follows, if nothing changed
 _REQUESTS = 1024  # parsed pods kept (filter, prioritize and bind parse the same pod)
+_REASON, _RESOLVABLE = attrgetter("reason"), attrgetter("resolvable")
 
 
 class Refusal(msgspec.Struct, frozen=True):
@@ -72,6 +74,7 @@ class Evaluator:
         self._requests: dict[tuple[Any, Any], PodRequest] = {}
         self._seen: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # uid -> pod, bounded
         self._devices: dict[str, tuple[handoff.DeviceRequest, ...]] = {}
+        self._waits: dict[tuple[str, str, int], Refusal] = {}  # see _waiting_for
 
     def ours(self, pod: Mapping[str, Any]) -> bool:
         """Whether the pod is scheduled by our profile (else the extender has no opinion)."""
@@ -186,19 +189,37 @@ class Evaluator:
         fixed = {s.container: s.memory_mib for s in v.pod.slices}  # None: percent of the GPU
         same = (handoff.request_shape(requests, v.pod, fixed)  # type: ignore[arg-type]
                 if None not in fixed.values() else None)  # absolute memory: one shape anywhere
+        by_size: dict[int, tuple[Any, ...]] = {}  # percent: the shape on nodes of one GPU size
         for name in flying:
-            flights = self.state.unstarted_like(name, first)
+            flights = self.state.unstarted_by_first(name).get(first)
             if not flights or all(f.shape == same for f in flights):
                 continue  # nothing there the node agent could confuse with this pod
-            shape = same if same is not None else handoff.request_shape(
-                requests, v.pod, _memory_per_gpu(v.pod, fits[name]))
+            shape = same
+            if shape is None:
+                pl = fits[name]
+                size = pl.snapshot.uniform_mem
+                shape = by_size.get(size) if size else None
+                if shape is None:
+                    shape = handoff.request_shape(requests, v.pod, _memory_per_gpu(v.pod, pl))
+                    if size:
+                        by_size[size] = shape
             f = handoff.blocking_flight(requests, shape, flights, key=v.pod.key)
             if f is not None:
                 del fits[name]
-                r = f.pending[0]  # (a property, computed on each read)
-                v.failed[name] = Refusal(WAITING.format(f.key), False,
-                                         f"its first device request {r.resource}={r.quantity} "
-                                         "looks the same to the node agent")
+                v.failed[name] = self._waiting_for(f)
+
+    def _waiting_for(self, f: handoff.Flight) -> Refusal:
+        """The refusal for a node where `f` could be confused with the pod (one per flight)."""
+        r = f.pending[0]  # (a property, computed on each read)
+        key = (f.key, r.resource, r.quantity)
+        got = self._waits.get(key)
+        if got is None:
+            if len(self._waits) >= _REQUESTS:
+                self._waits.clear()
+            got = self._waits[key] = Refusal(WAITING.format(f.key), False,
+                                             f"its first device request {r.resource}="
+                                             f"{r.quantity} looks the same to the node agent")
+        return got
 
 
 def _memory_per_gpu(pod: PodRequest, pl: Placement) -> dict[str, int]:
@@ -221,9 +242,14 @@ def filter_reply(v: Verdict, names: list[str]) -> wire.FilterResult:
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     if len(passed) < len(names):
-        for n in filterfalse(fits.__contains__, names):
-            r = refused[n]
-            (failed if r.resolvable else unresolvable)[n] = r.reason
+        out = list(filterfalse(fits.__contains__, names))  # no per-name Python below either
+        why = list(map(refused.__getitem__, out))
+        curable = list(map(_RESOLVABLE, why))
+        failed = dict(zip(compress(out, curable), map(_REASON, compress(why, curable)),
+                          strict=True))
+        cured = list(map(not_, curable))
+        unresolvable = dict(zip(compress(out, cured), map(_REASON, compress(why, cured)),
+                                strict=True))
     return wire.FilterResult(NodeNames=passed, FailedNodes=failed,
                              FailedAndUnresolvableNodes=unresolvable)
 

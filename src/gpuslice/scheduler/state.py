@@ -20,6 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -108,6 +109,8 @@ class ExtenderState:
         self._node_flights: dict[str, set[str]] = {}  # node -> keys
         self._flies_on: dict[str, str] = {}  # key -> node
         self._first: dict[str, tuple[str, int]] = {}  # key -> first device request, unstarted
+        # node -> (oldest bound_at, unstarted_by_first): dropped when a pod there changes
+        self._unstarted: dict[str, tuple[float, dict[tuple[str, int], list[handoff.Flight]]]] = {}
         self._unbound: set[str] = set()  # keys with an assignment but no node yet
         self._requests: dict[str, tuple[handoff.DeviceRequest, ...]] = {}  # uid -> (immutable)
 
@@ -226,13 +229,21 @@ class ExtenderState:
                 out.append(f)
         return out
 
-    def unstarted_like(self, node: str, first: tuple[str, int]) -> list[handoff.Flight]:
-        """Pods in flight on `node` that the agent has not started on and whose first device
-        request is `first` (resource, quantity): the only ones a new pod may be confused with."""
-        keys = self._node_flights.get(node)
-        if not keys:
-            return []
-        return [f for f in self.flights(node) if self._first.get(f.key) == first]
+    def unstarted_by_first(self, node: str) -> Mapping[tuple[str, int], list[handoff.Flight]]:
+        """Pods in flight on `node` that the agent has not started on, by their first device
+        request (resource, quantity), oldest first: the only ones a new pod may be confused
+        with. Kept per node until a pod there changes or the oldest of them times out."""
+        got = self._unstarted.get(node)
+        if got is not None and got[0] > self.clock() - self.timeout_s:
+            return got[1]
+        flights = self.flights(node)
+        by: dict[tuple[str, int], list[handoff.Flight]] = {}
+        for f in sorted(flights, key=attrgetter("order")):
+            first = self._first.get(f.key)
+            if first is not None:
+                by.setdefault(first, []).append(f)
+        self._unstarted[node] = (min((f.bound_at for f in flights), default=math.inf), by)
+        return by
 
     def nodes_with_flights(self) -> list[str]:
         """Nodes that may have pods in flight (`flights` says which are, now)."""
@@ -377,11 +388,13 @@ class ExtenderState:
         node = self._flies_on.pop(key, None)
         if node is not None:
             self._node_flights[node].discard(key)
+            self._unstarted.pop(node, None)
         self._first.pop(key, None)
         a = self._assumed.get(key)
         f = a.flight if a is not None else getattr(self._facts.get(key), "flight", None)
         if f is not None:
             self._node_flights.setdefault(f.node, set()).add(key)
             self._flies_on[key] = f.node
+            self._unstarted.pop(f.node, None)
             if not f.started:
                 self._first[key] = (f.pending[0].resource, f.pending[0].quantity)
