@@ -166,12 +166,13 @@ async def allocate_with_kube_scheduler(client: AsyncClient, plane: Any, nodes: l
     config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
               "profiles": [{"schedulerName": "default-scheduler"}],
               "leaderElection": {"leaderElect": False}}
+    names = {c["metadata"]["name"] for c in claims}
     proc = plane.start_scheduler(config)
     try:
         last, since = -1, time.monotonic()
         while time.monotonic() - since < timeout:  # until no claim was allocated for a while
             done = sum(1 async for c in client.list(dict_view(ResourceClaim), namespace=NS)
-                       if results(dict(c)))
+                       if c["metadata"]["name"] in names and results(dict(c)))
             if done == len(claims):
                 break
             if done != last:
@@ -246,10 +247,13 @@ async def bench(client: AsyncClient, args: argparse.Namespace, base: Path, *,
             await allocate_with_kube_scheduler(client, plane, names, bodies, base, args.timeout)
         else:
             scheduler = StandInAllocator.name
-            await StandInAllocator(client).allocate_pending()
+            await StandInAllocator(client, nodes=names, namespace=NS).allocate_pending()
         allocate_s = time.perf_counter() - t0
-        claims = [dict(c) async for c in client.list(dict_view(ResourceClaim), namespace=NS)]
-        slices = [dict(s) async for s in client.list(dict_view(ResourceSlice))]
+        ours = {b["metadata"]["name"] for b in bodies}  # a real cluster may hold others
+        claims = [dict(c) async for c in client.list(dict_view(ResourceClaim), namespace=NS)
+                  if c["metadata"]["name"] in ours]
+        slices = [dict(s) async for s in client.list(dict_view(ResourceSlice))
+                  if s["spec"].get("nodeName") in nodes]
         devices = {(s["spec"]["pool"]["name"], d["name"]): d
                    for s in slices for d in s["spec"]["devices"]}
         allocated = [c for c in claims if results(c)]

@@ -22,7 +22,7 @@ import math
 import re
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -308,8 +308,13 @@ class StandInAllocator:
 
     name = "stand-in (tests/kubeapi/dra_allocator.py)"
 
-    def __init__(self, client: Any) -> None:  # a lightkube AsyncClient
+    def __init__(self, client: Any, *, nodes: Collection[str] | None = None,
+                 namespace: str = "*") -> None:
+        """`client`: a lightkube AsyncClient; `nodes`, `namespace`: allocate only claims of that
+        namespace, on slices of those nodes (a real cluster shared with other tests)."""
         self.client = client
+        self.nodes = None if nodes is None else set(nodes)
+        self.namespace = namespace
 
     async def allocate_pending(self) -> tuple[int, int]:
         """(claims allocated now, claims left pending)."""
@@ -319,12 +324,14 @@ class StandInAllocator:
         from gpuslice.kube.client import dict_view
 
         claims_view = dict_view(ResourceClaim)
-        slices = [dict(s) async for s in self.client.list(dict_view(ResourceSlice))]
+        slices = [dict(s) async for s in self.client.list(dict_view(ResourceSlice))
+                  if self.nodes is None or s["spec"].get("nodeName") in self.nodes]
         classes = {c["metadata"]["name"]: dict(c)
                    async for c in self.client.list(dict_view(DeviceClass))}
         claims = [dict(c) async for c in self.client.list(claims_view, namespace="*")]
         usage, devices = Usage.of(claims), devices_of(slices)
-        pending = sorted((c for c in claims if not (c.get("status") or {}).get("allocation")),
+        pending = sorted((c for c in claims if not (c.get("status") or {}).get("allocation")
+                          and self.namespace in ("*", c["metadata"]["namespace"])),
                          key=lambda c: (c["metadata"].get("creationTimestamp", ""),
                                         int(c["metadata"].get("resourceVersion", 0))))
         done = 0
