@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from itertools import combinations
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -186,13 +187,28 @@ class NvmlBackend:
                 buses.append(_text(pci.busId).lower())
         return tuple(dict.fromkeys(buses))
 
+    def _nvlink_p2p(self) -> dict[str, list[str]]:
+        """uuid -> the GPUs NVML says it reaches over NVLink. Needed on NVSwitch boards (HGX,
+        DGX), where every link's remote end is a switch, not a GPU."""
+        n = self._nvml
+        out: dict[str, list[str]] = {u: [] for u in self._handles}
+        for a, b in combinations(self._handles, 2):
+            status = _optional(n.nvmlDeviceGetP2PStatus, self._handles[a], self._handles[b],
+                               n.NVML_P2P_CAPS_INDEX_NVLINK)
+            if status == n.NVML_P2P_STATUS_OK:
+                out[a].append(b)
+                out[b].append(a)
+        return out
+
     def devices(self) -> tuple[DeviceInfo, ...]:
         n = self._nvml
         by_bus = {_text(n.nvmlDeviceGetPciInfo(h).busId).lower(): u
                   for u, h in self._handles.items()}
-        return tuple(replace(d, nvlink_peers=tuple(by_bus[b] for b in d.nvlink_peers
-                                                   if b in by_bus and by_bus[b] != d.uuid))
-                     for d in self._devices)
+        p2p = self._nvlink_p2p()
+        return tuple(replace(d, nvlink_peers=tuple(dict.fromkeys(
+            [by_bus[b] for b in d.nvlink_peers if b in by_bus and by_bus[b] != d.uuid]
+            + p2p[d.uuid])))
+            for d in self._devices)
 
     def _handle(self, uuid: str) -> Any:
         try:

@@ -68,10 +68,6 @@ def test_gpus_linked_directly_are_each_others_nvlink_peers(monkeypatch: pytest.M
     assert _peers(monkeypatch, direct) == {"GPU-a": ("GPU-b",), "GPU-b": ("GPU-a",)}
 
 
-@pytest.mark.xfail(strict=True, reason="NvmlBackend._peers keeps only links whose remote PCI "
-                   "bus is a GPU's; through NVSwitches every remote end is a switch, so an HGX "
-                   "board publishes no NVLink peer at all (fix: ask nvmlDeviceGetP2PStatus "
-                   "with NVML_P2P_CAPS_INDEX_NVLINK per pair)")
 def test_gpus_linked_through_nvswitches_are_each_others_nvlink_peers(
         monkeypatch: pytest.MonkeyPatch) -> None:
     switched = _fake_pynvml({"GPU-a": "00000000:C0:00.0", "GPU-b": "00000000:C4:00.0"},
