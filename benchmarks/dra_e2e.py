@@ -39,6 +39,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the test API server, the allocator, the emulator
+sys.path.insert(0, str(ROOT / "benchmarks"))  # allocator_bench's percentile
 
 from lightkube import AsyncClient, KubeConfig  # noqa: E402
 from lightkube.resources.core_v1 import Node, NodeStatus, Pod  # noqa: E402
@@ -49,6 +50,7 @@ from lightkube.resources.resource_v1 import (  # noqa: E402
 )
 from lightkube.types import PatchType  # noqa: E402
 
+from allocator_bench import pct  # noqa: E402  (one percentile rule for every benchmark)
 from gpuslice.dra import DRIVER, cdi  # noqa: E402
 from gpuslice.dra.claims import node_devices  # noqa: E402
 from gpuslice.dra.kubelet import DraLink  # noqa: E402
@@ -97,14 +99,6 @@ class FakeNode:
         await self.plugin.stop()
 
 
-def pct(values: list[float], q: float) -> float:
-    """The q-th percentile (nearest rank), in the unit of `values`."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
 def fake_gpus(node: str, count: int) -> list[DeviceInfo]:
     return [DeviceInfo(index=i, uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}/{i}')}",
                        model="NVIDIA H100 80GB HBM3", memory_bytes=GPU_MIB * MiB, sm_count=132,
@@ -132,6 +126,21 @@ async def start_node(client: AsyncClient, name: str, base: Path, gpus: int, step
     await kubelet.start()
     await kubelet.wait_registered(DRIVER)
     return FakeNode(name, d, devices, plugin, link, kubelet, task), published
+
+
+async def call_each(nodes: dict[str, FakeNode], claims: list[dict[str, Any]], verb: str
+                    ) -> tuple[list[float], dict[str, str]]:
+    """`verb` ("prepare", "unprepare") for each claim through its node's kubelet, one call at a
+    time, as the kubelet waits for it: (milliseconds per call, claim name -> error)."""
+    took, failed = [], {}
+    for c in claims:
+        node = nodes[results(c)[0]["pool"]]
+        t = time.perf_counter()
+        answer = (await getattr(node.kubelet, verb)(DRIVER, c))[c["metadata"]["uid"]]
+        took.append((time.perf_counter() - t) * 1000)
+        if answer.error:
+            failed[c["metadata"]["name"]] = answer.error
+    return took, failed
 
 
 def claim_body(i: int, requests: dict[str, str] | None) -> dict[str, Any]:
@@ -257,29 +266,19 @@ async def bench(client: AsyncClient, args: argparse.Namespace, base: Path, *,
         devices = {(s["spec"]["pool"]["name"], d["name"]): d
                    for s in slices for d in s["spec"]["devices"]}
         allocated = [c for c in claims if results(c)]
-        prepare_ms, failures, mismatches = [], [], []
+        prepare_ms, failures = await call_each(nodes, allocated, "prepare")
+        mismatches = []
         for c in allocated:
-            node = nodes[results(c)[0]["pool"]]
-            t = time.perf_counter()
-            answer = (await node.kubelet.prepare(DRIVER, c))[c["metadata"]["uid"]]
-            prepare_ms.append((time.perf_counter() - t) * 1000)
-            if answer.error:
-                failures.append(f"{c['metadata']['name']}: {answer.error}")
+            if c["metadata"]["name"] in failures:
                 continue
+            node = nodes[results(c)[0]["pool"]]
             spec = json.loads(cdi.path(node.dir / "cdi", c["metadata"]["uid"]).read_text())
             env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
             want = expected_limits(c, devices)
             if {k: env.get(k) for k in want} != want or any(
                     k.startswith("CUDA_DEVICE_MEMORY_LIMIT_") and k not in want for k in env):
                 mismatches.append(f"{c['metadata']['name']}: CDI {env} != allocation {want}")
-        unprepare_ms = []
-        for c in allocated:
-            node = nodes[results(c)[0]["pool"]]
-            t = time.perf_counter()
-            answer = (await node.kubelet.unprepare(DRIVER, c))[c["metadata"]["uid"]]
-            unprepare_ms.append((time.perf_counter() - t) * 1000)
-            if answer.error:
-                failures.append(f"unprepare {c['metadata']['name']}: {answer.error}")
+        unprepare_ms, unprepare_failures = await call_each(nodes, allocated, "unprepare")
         left = sorted(p.name for n in nodes.values() for p in (n.dir / "cdi").glob("*.json"))
     finally:
         for node in nodes.values():
@@ -288,8 +287,10 @@ async def bench(client: AsyncClient, args: argparse.Namespace, base: Path, *,
     over = overcommitted(claims, devices)
     return {
         "allocated": len(allocated), "pending": len(claims) - len(allocated),
-        "prepared": len(allocated) - len([e for e in failures if not e.startswith("unprepare")]),
-        "prepare_errors": failures[:5], "cdi_mismatches": len(mismatches),
+        "prepared": len(allocated) - len(failures),
+        "prepare_errors": [f"{k}: {v}" for k, v in failures.items()][:5],
+        "unprepare_errors": [f"{k}: {v}" for k, v in unprepare_failures.items()][:5],
+        "cdi_mismatches": len(mismatches),
         "cdi_mismatch_examples": mismatches[:3],
         "overcommitted_devices": len(over), "overcommitted_examples": over[:5],
         "cdi_specs_left_after_unprepare": len(left),
@@ -298,11 +299,11 @@ async def bench(client: AsyncClient, args: argparse.Namespace, base: Path, *,
                                 r["consumedCapacity"].get("cores") == "100"),
         "exclusive_results": sum(1 for c in allocated for r in results(c)
                                  if not r.get("shareID")),
-        "prepare_p50_ms": round(pct(prepare_ms, 50), 2),
-        "prepare_p99_ms": round(pct(prepare_ms, 99), 2),
+        "prepare_p50_ms": round(pct(prepare_ms, 0.50), 2) if prepare_ms else 0.0,
+        "prepare_p99_ms": round(pct(prepare_ms, 0.99), 2) if prepare_ms else 0.0,
         "prepare_max_ms": round(max(prepare_ms, default=0.0), 2),
-        "unprepare_p99_ms": round(pct(unprepare_ms, 99), 2),
-        "publish_p99_ms": round(pct([s * 1000 for s in publish_s], 99), 2),
+        "unprepare_p99_ms": round(pct(unprepare_ms, 0.99), 2) if unprepare_ms else 0.0,
+        "publish_p99_ms": round(pct([s * 1000 for s in publish_s], 0.99), 2),
         "allocate_s": round(allocate_s, 2),
         "nodes": args.nodes, "gpus_per_node": args.gpus, "claims": args.claims,
         "memory_step_mib": args.step, "api_server": api_server, "scheduler": scheduler,
@@ -355,5 +356,5 @@ if __name__ == "__main__":
     result = asyncio.run(main(arguments))
     print(json.dumps(result, indent=None if arguments.json else 2))
     if result["overcommitted_devices"] or result["cdi_mismatches"] or \
-            result["prepared"] != result["allocated"]:
+            result["prepared"] != result["allocated"] or result["unprepare_errors"]:
         sys.exit(1)
