@@ -31,7 +31,7 @@ class Plugin:
     name: str
     endpoint: str
     socket: Path
-    inode: int
+    identity: tuple[int, int]  # inode and ctime of the socket file it registered through
     channel: grpc.aio.Channel
 
 
@@ -61,12 +61,14 @@ class DraKubelet:
         while True:
             for sock in sorted(self.registry_dir.glob("*-reg.sock")):
                 with contextlib.suppress(OSError, grpc.aio.AioRpcError):
-                    ino = os.stat(sock).st_ino
-                    if not any(p.socket == sock and p.inode == ino for p in self.plugins.values()):
-                        await self._register(sock, ino)
+                    st = os.stat(sock)  # a new file, as the kubelet's inotify watch sees it
+                    ident = (st.st_ino, st.st_ctime_ns)
+                    if not any(p.socket == sock and p.identity == ident
+                               for p in self.plugins.values()):
+                        await self._register(sock, ident)
             await asyncio.sleep(self.poll_s)
 
-    async def _register(self, sock: Path, inode: int) -> None:
+    async def _register(self, sock: Path, ident: tuple[int, int]) -> None:
         async with grpc.aio.insecure_channel(f"unix://{sock}") as ch:
             stub = reg_grpc.RegistrationStub(ch)
             info = await stub.GetInfo(reg.InfoRequest(), timeout=5)
@@ -86,7 +88,7 @@ class DraKubelet:
         old = self.plugins.pop(info.name, None)
         if old is not None:
             await old.channel.close()
-        self.plugins[info.name] = Plugin(info.name, info.endpoint, sock, inode,
+        self.plugins[info.name] = Plugin(info.name, info.endpoint, sock, ident,
                                          grpc.aio.insecure_channel(f"unix://{info.endpoint}"))
 
     async def wait_registered(self, driver: str, *, after: int = 0, timeout: float = 10) -> None:

@@ -35,6 +35,11 @@ SUPPORTED_VERSIONS = ("v1.DRAPlugin",)
 DRA_SOCKET = "dra.sock"
 
 
+def _identity(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_ctime_ns
+
+
 def registration_socket(registry_dir: str | Path, driver: str) -> Path:
     return Path(registry_dir) / f"{driver}-reg.sock"
 
@@ -75,7 +80,9 @@ class DraLink:
         self.poll_s = poll_s
         self.on_registered = on_registered
         self.registered = False
-        self._servers: dict[Path, tuple[grpc.aio.Server, int]] = {}  # path -> (server, inode)
+        # path -> (server, identity of the socket file it made: inode and ctime, as an inode
+        # number alone is reused at once)
+        self._servers: dict[Path, tuple[grpc.aio.Server, tuple[int, int]]] = {}
         self._stopping = asyncio.Event()
 
     async def _serve(self, path: Path, add: Callable[[grpc.aio.Server], None]) -> None:
@@ -89,11 +96,11 @@ class DraLink:
         add(server)
         server.add_insecure_port(f"unix://{path}")
         await server.start()
-        self._servers[path] = (server, os.stat(path).st_ino)
+        self._servers[path] = (server, _identity(path))
 
     def _gone(self, path: Path) -> bool:
         try:
-            return path not in self._servers or os.stat(path).st_ino != self._servers[path][1]
+            return path not in self._servers or _identity(path) != self._servers[path][1]
         except FileNotFoundError:
             return True
 
@@ -119,10 +126,10 @@ class DraLink:
     async def stop(self) -> None:
         """Stop serving and remove our sockets (the kubelet then forgets the plugin)."""
         self._stopping.set()
-        for path, (server, inode) in list(self._servers.items()):
+        for path, (server, ident) in list(self._servers.items()):
             await server.stop(grace=1)
             with contextlib.suppress(FileNotFoundError):
-                if os.stat(path).st_ino == inode:
+                if _identity(path) == ident:
                     path.unlink()
         self._servers.clear()
         await self.plugin.stop()
