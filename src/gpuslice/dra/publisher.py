@@ -36,7 +36,6 @@ __all__ = ["GATE_OFF", "DraSettings", "SlicePublisher"]
 GATE_OFF = ("DRAConsumableCapacity is off on the API server: devices are exclusive; enable the "
             "feature gate or use the device-plugin path")
 EVENT_REASON = "DRASharingDropped"
-_SHARING = ("allowMultipleAllocations",)  # device fields a gate-off server drops
 _VIEW = dict_view(ResourceSlice)
 
 
@@ -53,8 +52,7 @@ def _without_sharing(obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     out = copy.deepcopy(dict(obj))
     for device in (out.get("spec") or {}).get("devices") or []:
-        for field in _SHARING:
-            device.pop(field, None)
+        device.pop("allowMultipleAllocations", None)
         for capacity in (device.get("capacity") or {}).values():
             capacity.pop("requestPolicy", None)
     return out
@@ -86,7 +84,7 @@ class SlicePublisher:
                                   step_mib=self.step_mib, driver=self.driver, hidden=self.hidden,
                                   **self.versions)
         self.stored = await retry_on_conflict(lambda: self._write(want), attempts=self.attempts)
-        await self._check(want, self.stored)
+        self._check(want, self.stored)
 
     async def _write(self, want: dict[str, Any]) -> dict[str, Any]:
         """Create or update, then read back; errors.Conflict if another write came between."""
@@ -124,7 +122,7 @@ class SlicePublisher:
             self.log.info("updated ResourceSlice %s: %d GPUs, pool generation %d", self.name,
                           len(want["spec"]["devices"]), body["spec"]["pool"]["generation"])
 
-    async def _check(self, want: dict[str, Any], stored: dict[str, Any]) -> None:
+    def _check(self, want: dict[str, Any], stored: dict[str, Any]) -> None:
         if slices.same_devices(want, stored):
             if self.problem:
                 self.log.info("ResourceSlice %s keeps its sharing fields again", self.name)

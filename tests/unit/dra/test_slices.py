@@ -128,3 +128,13 @@ def test_slices_compare_by_quantity_value_not_spelling():
     stored["spec"]["devices"][0].pop("allowMultipleAllocations")
     assert not same_devices(ours, stored)
     assert not same_devices(ours, None)
+
+
+def test_what_a_real_server_stored_compares_equal_to_what_was_sent_unless_the_gate_is_off():
+    """Read-back must not see a change where the server only respelled (dra-samples final-*),
+    and must see the gate-off drop (e1)."""
+    sent = {o["metadata"]["name"]: o for _, o in dra_samples.load("input", ("ResourceSlice",))}
+    stored = dra_samples.load("returned", ("ResourceSlice",))
+    assert len(stored) == 4
+    for name, obj in stored:
+        assert same_devices(sent[obj["metadata"]["name"]], obj) == (not name.startswith("e1-"))
