@@ -202,9 +202,10 @@ def _filter_only(device: Device, requests: Mapping[str, Any]) -> bool:
 
 
 def _attribute(device: Device, name: str) -> Any:
+    """A constraint's attribute: `<driver>/uuid` is the driver's own `uuid`."""
+    domain, _, short = name.rpartition("/")
     attrs = device.obj.get("attributes") or {}
-    value = attrs.get(name) or attrs.get(name.split("/", 1)[-1] if name.startswith(
-        device.driver + "/") else name)
+    value = attrs.get(name) or (attrs.get(short) if domain == device.driver else None)
     return None if value is None else tuple(sorted(value.items()))
 
 
