@@ -65,12 +65,18 @@ int64_t gs_clean_charge(struct gs_clean *c, uint64_t key, uint32_t n, int64_t sp
     }
     int64_t per = span_ns / n;
     int64_t lo = e->min_cur < e->min_prev ? e->min_cur : e->min_prev;
-    int clean = lo == GS_CLEAN_NONE || per * 100 <= lo * (100 + GS_CLEAN_TOL_PCT);
+    /* a kernel's duration drifts with the clock (a GPU at its power cap: +-5-10 %), a foreign
+     * slice adds far more: within 4 mean deviations of the clean mean is clean too */
+    int64_t drift = 4 * e->dev, cap = e->mean * GS_CLEAN_DRIFT_MAX_PCT / 100;
+    int clean = lo == GS_CLEAN_NONE || per * 100 <= lo * (100 + GS_CLEAN_TOL_PCT) ||
+                (e->mean > 0 && per <= e->mean + (drift < cap ? drift : cap));
     if (per < e->min_cur)
         e->min_cur = per;
     e->n_cur++;
     e->clean_cur += (uint32_t)clean;
     if (clean) {
+        int64_t d = per > e->mean ? per - e->mean : e->mean - per;
+        e->dev = e->mean == 0 || lo == GS_CLEAN_NONE ? 0 : (3 * e->dev + d) / 4;
         e->mean = e->mean == 0 || lo == GS_CLEAN_NONE ? per : (7 * e->mean + per) / 8;
         e->last_clean = now;
         return span_ns;
@@ -79,7 +85,9 @@ int64_t gs_clean_charge(struct gs_clean *c, uint64_t key, uint32_t n, int64_t sp
     int stable = n_all >= GS_CLEAN_MIN_SAMPLES && n_clean * 100 >= n_all * GS_CLEAN_STABLE_PCT;
     if (!c->others || !stable || e->mean == 0 || now - e->last_clean > GS_CLEAN_FRESH_NS)
         return span_ns;
-    int64_t expect = e->mean * (int64_t)n;
+    /* interruptions pick the longer batches, so clean ones are a little short: one deviation
+     * more per launch keeps a corrected batch from being charged less than its own work */
+    int64_t expect = (e->mean + e->dev) * (int64_t)n;
     int64_t excess = span_ns - expect;
     if (excess <= GS_CLEAN_SLACK_NS)
         return span_ns;

@@ -19,6 +19,7 @@
 #define GS_CLEAN_FRESH_NS 250000000LL   /* estimate usable this long after its last clean sample */
 #define GS_CLEAN_TOL_PCT 5              /* a sample within 5 % of the minimum is clean */
 #define GS_CLEAN_SLACK_NS 20000LL       /* excess below this is never corrected */
+#define GS_CLEAN_DRIFT_MAX_PCT 15       /* clean: at most this far above the mean (4 deviations) */
 #define GS_CLEAN_CREDIT_MAX_NS 50000000LL /* others' GPU time kept as credit, at most 50 ms */
 /* A key is "stable" (its estimate may correct) when at least this share of its recent samples
  * (two periods, >= GS_CLEAN_MIN_SAMPLES) were clean: a kernel whose durations spread
@@ -31,6 +32,7 @@ struct gs_clean_entry {
     int64_t min_cur, min_prev;          /* per-launch minimum of this / the previous period */
     int64_t period_start;
     int64_t mean;                       /* mean per-launch ns of clean samples (EMA 1/8) */
+    int64_t dev;                        /* their mean absolute deviation from it (EMA 1/4) */
     uint32_t n_cur, n_prev;             /* samples in this / the previous period */
     uint32_t clean_cur, clean_prev;     /* ... of which clean */
     int64_t last_clean, last_used;

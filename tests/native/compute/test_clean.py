@@ -172,6 +172,19 @@ def test_keys_with_spread_durations_never_push_a_tenant_above_its_limit(sim, ker
         assert worst <= lim / 100 + 0.005, f"{lim}% tenant used {worst:.4f} of a 1 s window"
 
 
+@pytest.mark.parametrize("limits", [(30, 70), (20, 30, 50)])
+def test_kernels_whose_duration_drifts_with_the_clock_are_still_corrected(sim, limits):
+    # a GPU at its power cap moves its clock: the H100 pair's matmuls vary ~+-7 %, so few were
+    # within 5 % of the minimum and the 70 % side got 0.61 (sim before: 0.63; three: 0.39)
+    kw = {**MATMUL, "keys": 1, "key_fixed": True, "jitter_pct": 7}
+    _, rs = pair(sim, kw, 2, limits)
+    base = sim.run(sim.Case(submit_ns=LAT, procs=[sim.Proc(**kw)]))[0]["work_ns"]
+    for r, lim in zip(rs, limits, strict=True):
+        achieved = r["work_ns"] / base
+        assert abs(achieved - lim / 100) <= 0.02, f"{limits}: the {lim} % side got {achieved:.3f}"
+        assert max_one_second_share(r) <= lim / 100 + 0.005, f"{lim} % side above its limit"
+
+
 def test_a_neighbour_without_a_compute_limit_is_invisible_so_nothing_is_corrected(sim):
     kw = {**MATMUL, **KEYED}
     procs = [sim.Proc(limit=70, tenant=0, **kw), sim.Proc(limit=0, tenant=1, **kw)]
