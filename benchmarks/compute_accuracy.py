@@ -228,6 +228,7 @@ class _Clocks:
         self._on = threading.Event()
         self._nvml = None
         self._energy = (0, 0.0)
+        self.reasons = 0  # NVML clocks event reasons seen during the phase (bitmask)
         try:
             nvml = ctypes.CDLL("libnvidia-ml.so.1")
             handle = ctypes.c_void_p()
@@ -244,7 +245,7 @@ class _Clocks:
     def _loop(self) -> None:
         import ctypes
 
-        mhz, mw = ctypes.c_uint(), ctypes.c_uint()
+        mhz, mw, why = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
         while True:
             time.sleep(0.02)
             if not self._on.is_set():
@@ -252,6 +253,11 @@ class _Clocks:
             ok = self._nvml.nvmlDeviceGetClockInfo(self._handle, 1, ctypes.byref(mhz)) == 0
             if ok and self._nvml.nvmlDeviceGetPowerUsage(self._handle, ctypes.byref(mw)) == 0:
                 self.samples.append((mhz.value, mw.value))
+            if (
+                self._nvml.nvmlDeviceGetCurrentClocksEventReasons(self._handle, ctypes.byref(why))
+                == 0
+            ):
+                self.reasons |= why.value
 
     def _energy_mj(self) -> int:
         import ctypes
@@ -262,6 +268,7 @@ class _Clocks:
 
     def start(self) -> None:
         self.samples = []
+        self.reasons = 0
         if self._nvml:
             self._energy = (self._energy_mj(), time.perf_counter())
         self._on.set()
@@ -274,6 +281,7 @@ class _Clocks:
         out = {
             "sm_mhz": round(sum(a for a, _ in s) / len(s)),
             "power_w": round(sum(b for _, b in s) / len(s) / 1000),
+            "clock_reasons": hex(self.reasons),
         }
         e1, t1 = self._energy_mj(), time.perf_counter()
         if e1 >= 0 and self._energy[0] >= 0:
@@ -529,7 +537,7 @@ def _cases(
                     # library-measured GPU us per iteration vs unlimited wall us per iteration
                     case["lib_us_per_iter"] = round(r["gpu_time_share"] / r["rate"] * 1e6, 2)
                 case["unlimited_us_per_iter"] = round(1e6 / b["rate"], 2)
-                for k in ("sm_mhz", "power_w"):
+                for k in ("sm_mhz", "power_w", "clock_reasons"):
                     if k in r:
                         case[k] = r[k]
                 per_bin = [n / (b["rate"] * 0.1) for n in r["bins"][:-1]]
@@ -641,6 +649,9 @@ def gpu(outdir: Path, mps: bool, limits: list[int], before_lib: Path | None = No
             ("gpuslice-before", SAME_SCENARIO, [50, 50],
              [_lib_env(50, tmp / "oldsame.region", board, before_lib)] * 2, "matmul,small,graph"),
         ]  # fmt: skip
+    # the same pairs without any limit: what time-slicing alone leaves each side
+    slots += [("no-limit", PAIR_SCENARIO, [30, 70], [{}, {}], PAIR_PHASES)]
+    slots += [("no-limit", TRIO_SCENARIO, list(TRIO), [{}, {}, {}], PAIR_PHASES)]
     cases += _run_slots(slots, outdir, base)
     if mps:
         cases += _gpu_mps(outdir, tmp, base)
