@@ -274,6 +274,12 @@ def test_dra_adds_the_device_class_of_the_driver_the_agent_publishes_as(tmp_path
     assert [r for r in agent["rules"] if r["apiGroups"] == ["resource.k8s.io"]]
 
 
+def test_dra_switched_on_in_the_agent_config_alone_fails_with_what_to_do():
+    done = run_helm("template", "t", str(CHART), *CLUSTER, "--set",
+                    "nodeAgent.config.dra.enabled=true")
+    assert done.returncode != 0 and "set dra.enabled=true instead" in done.stderr
+
+
 def test_dra_on_a_cluster_without_resource_v1_fails_with_what_to_do():
     done = run_helm("template", "t", str(CHART), "--kube-version", "1.30.0",
                     "--set", "dra.enabled=true")
