@@ -288,17 +288,22 @@ class Agent:
 
     async def _publish_slices(self) -> None:
         """Publish the node's ResourceSlice at start, on every change of GPU health and every
-        inventoryIntervalSeconds (a deleted or edited slice heals); retry a failure in 5 s."""
+        inventoryIntervalSeconds (a deleted or edited slice heals); retry a failure after 5 s,
+        doubling up to inventoryIntervalSeconds."""
         assert self.publisher is not None
+        failing = 0.0
         while not self._stop.is_set():
             self._slices_due.clear()
             try:
                 await self.publisher.publish(self.devices, self.health.unhealthy,
                                              self.cfg.memory_scaling)
-                wait = self.cfg.inventory_interval_seconds
+                wait, failing = self.cfg.inventory_interval_seconds, 0.0
             except Exception as exc:  # API errors, a GPU below one memory step (ConfigError)
-                log.warning("publishing the ResourceSlice failed: %s; retrying in 5 s", exc)
-                wait = 5.0
+                wait = failing = min(self.cfg.inventory_interval_seconds, 2 * failing or 5.0)
+                hint = ("; does the API server serve resource.k8s.io/v1 (Kubernetes 1.34+)?"
+                        if isinstance(exc, kerrors.NotFound) else "")
+                log.warning("publishing the ResourceSlice failed: %s%s; retrying in %.0f s",
+                            exc, hint, wait)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._slices_due.wait(), wait)
 
