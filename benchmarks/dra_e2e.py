@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the test API server, the allocator, t
 sys.path.insert(0, str(ROOT / "benchmarks"))  # allocator_bench's percentile
 
 from lightkube import AsyncClient, KubeConfig  # noqa: E402
-from lightkube.resources.core_v1 import Node, NodeStatus, Pod  # noqa: E402
+from lightkube.resources.core_v1 import Namespace, Node, NodeStatus, Pod  # noqa: E402
 from lightkube.resources.resource_v1 import (  # noqa: E402
     DeviceClass,
     ResourceClaim,
@@ -68,7 +68,7 @@ from kubelet.dra import DraKubelet  # noqa: E402
 
 GPU_MIB = 81920
 MiB = 1 << 20
-NS = "default"
+NS = "dra-bench"  # its own namespace: a real cluster may hold other claims
 # (capacity.requests or None, weight): what a mixed cluster asks for
 SHAPES: tuple[tuple[dict[str, str] | None, int], ...] = (
     ({"memory": "4Gi", "cores": "30"}, 5), ({"memory": "8Gi", "cores": "50"}, 3),
@@ -233,6 +233,9 @@ def overcommitted(claims: list[dict[str, Any]], devices: dict[tuple[str, str], d
 
 async def bench(client: AsyncClient, args: argparse.Namespace, base: Path, *,
                 api_server: str, plane: Any = None) -> dict[str, Any]:
+    with contextlib.suppress(errors.Conflict), errors.translate(f"create namespace {NS}"):
+        await client.create(dict_view(Namespace)({"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": NS}}))
     # as the chart with dra.enabled; a real cluster may have it from an earlier run
     with contextlib.suppress(errors.Conflict), errors.translate("create the DeviceClass"):
         await client.create(dict_view(DeviceClass)({

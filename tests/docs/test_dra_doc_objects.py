@@ -37,6 +37,8 @@ def test_every_marked_block_is_accepted_by_the_api_server(kube_api, tmp_path):
         if mark == "run":
             path = tmp_path / f"block-{i}.yaml"
             path.write_text(text)
+            # a real cluster may hold the DeviceClass already (benchmarks/dra_e2e.py makes it)
+            kube_api.kubectl("delete", "--ignore-not-found", "-f", str(path))
             kube_api.kubectl("create", "-f", str(path))
     got = kube_api.kubectl("get", "resourceclaimtemplates", "gpu-4g-30", "-o", "yaml").stdout
     assert yaml.safe_load(got)["spec"]["spec"]["devices"]["requests"][0]["exactly"][

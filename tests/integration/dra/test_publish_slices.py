@@ -6,6 +6,7 @@ marked; the gate-off cases need it (a real server is started with its gates)."""
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 
 import pytest
@@ -29,74 +30,81 @@ class Dra:
     memory_step_mib: int = 256
 
 
-def publisher(kube_api, node="node-1", **kw) -> SlicePublisher:
+@pytest.fixture
+def node() -> str:
+    """A node name of this test alone (a real API server keeps other tests' slices)."""
+    return f"node-{uuid.uuid4().hex[:8]}"
+
+
+def publisher(kube_api, node, **kw) -> SlicePublisher:
     return SlicePublisher(kube_api.async_client(), node, Dra(), **kw)
 
 
-async def stored(raw, name="node-1-gpu.gpuslice.io") -> dict:
-    code, obj = await raw.call("GET", f"{SLICES}/{name}")
+async def stored(raw, node) -> dict:
+    code, obj = await raw.call("GET", f"{SLICES}/{node}-gpu.gpuslice.io")
     assert code == 200, obj
     return obj
 
 
-async def test_the_first_publish_creates_the_contracts_slice(kube_api, raw):
-    await publisher(kube_api).publish(GPUS, {}, 1.0)
-    obj = await stored(raw)
-    assert obj["spec"] == build_slice("node-1", GPUS, {}, 1.0)["spec"]
+async def test_the_first_publish_creates_the_contracts_slice(kube_api, raw, node):
+    await publisher(kube_api, node).publish(GPUS, {}, 1.0)
+    obj = await stored(raw, node)
+    assert obj["spec"] == build_slice(node, GPUS, {}, 1.0)["spec"]
 
 
-async def test_publishing_the_same_gpus_again_writes_nothing(kube_api, raw):
-    pub = publisher(kube_api)
+async def test_publishing_the_same_gpus_again_writes_nothing(kube_api, raw, node):
+    pub = publisher(kube_api, node)
     await pub.publish(GPUS, {}, 1.0)
-    before = await stored(raw)
-    await publisher(kube_api).publish(GPUS, {}, 1.0)  # an agent restart
+    before = await stored(raw, node)
+    await publisher(kube_api, node).publish(GPUS, {}, 1.0)  # an agent restart
     await pub.publish(GPUS, {}, 1.0)
-    after = await stored(raw)
+    after = await stored(raw, node)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert pub.problem is None
 
 
-async def test_a_gpu_turning_unhealthy_rewrites_the_slice_with_the_next_generation(kube_api, raw):
-    pub = publisher(kube_api)
+async def test_a_gpu_turning_unhealthy_rewrites_the_slice_with_the_next_generation(
+        kube_api, raw, node):
+    pub = publisher(kube_api, node)
     await pub.publish(GPUS, {}, 1.0)
     await pub.publish(GPUS, {GPUS[2].uuid: "XID 79"}, 1.0)
-    obj = await stored(raw)
+    obj = await stored(raw, node)
     assert [d["name"] for d in obj["spec"]["devices"]] == ["gpu-0", "gpu-1", "gpu-3"]
     assert obj["spec"]["pool"]["generation"] == 2
     await pub.publish(GPUS, {}, 1.0)
-    obj = await stored(raw)
+    obj = await stored(raw, node)
     assert len(obj["spec"]["devices"]) == 4 and obj["spec"]["pool"]["generation"] == 3
 
 
-async def test_hidden_gpus_and_memory_scaling_reach_the_slice(kube_api, raw):
-    await publisher(kube_api, hidden={"0", GPUS[1].uuid}).publish(GPUS, {}, 0.5)
-    devices = (await stored(raw))["spec"]["devices"]
+async def test_hidden_gpus_and_memory_scaling_reach_the_slice(kube_api, raw, node):
+    await publisher(kube_api, node, hidden={"0", GPUS[1].uuid}).publish(GPUS, {}, 0.5)
+    devices = (await stored(raw, node))["spec"]["devices"]
     assert [d["name"] for d in devices] == ["gpu-2", "gpu-3"]
     assert devices[0]["capacity"]["memory"]["value"] == "8192Mi"
 
 
-async def test_a_409_on_update_is_retried_after_a_fresh_read(kube_api, raw):
+async def test_a_409_on_update_is_retried_after_a_fresh_read(kube_api, raw, node):
     faults = kube_api.need_faults()
-    pub = publisher(kube_api)
+    pub = publisher(kube_api, node)
     await pub.publish(GPUS, {}, 1.0)
     faults.fail_next(2, code=409, method="PUT", resource="resourceslices")
     await pub.publish(GPUS[:2], {}, 1.0)
-    obj = await stored(raw)
+    obj = await stored(raw, node)
     assert len(obj["spec"]["devices"]) == 2 and obj["spec"]["pool"]["generation"] == 2
 
 
-async def test_a_slice_created_by_someone_else_meanwhile_is_updated_not_lost(kube_api, raw):
+async def test_a_slice_created_by_someone_else_meanwhile_is_updated_not_lost(kube_api, raw, node):
     faults = kube_api.need_faults()
     faults.fail_next(1, code=409, method="POST", resource="resourceslices")
-    await publisher(kube_api).publish(GPUS, {}, 1.0)
-    assert len((await stored(raw))["spec"]["devices"]) == 4
+    await publisher(kube_api, node).publish(GPUS, {}, 1.0)
+    assert len((await stored(raw, node))["spec"]["devices"]) == 4
 
 
-async def test_a_gate_off_server_is_reported_loudly_and_once(kube_api, raw, caplog):
+async def test_a_gate_off_server_is_reported_loudly_and_once(kube_api, raw, caplog, node):
     kube_api.need_faults()
     client = kube_api.async_client()
     events = EventRecorder(client, "gpuslice-node-agent")
-    pub = SlicePublisher(client, "node-1", Dra(), events=events)
+    pub = SlicePublisher(client, node, Dra(), events=events)
     with dra_gates.consumable_capacity_off(), caplog.at_level(logging.ERROR):
         await pub.publish(GPUS, {}, 1.0)
         await pub.publish(GPUS, {}, 1.0)
@@ -104,17 +112,16 @@ async def test_a_gate_off_server_is_reported_loudly_and_once(kube_api, raw, capl
     assert pub.problem == GATE_OFF
     assert "enable the feature gate or use the device-plugin path" in pub.problem
     assert sum(GATE_OFF in r.getMessage() for r in caplog.records) == 1, "said once"
-    obj = await stored(raw)
+    obj = await stored(raw, node)
     assert "allowMultipleAllocations" not in obj["spec"]["devices"][0]
     assert obj["spec"]["pool"]["generation"] == 1, "the dropped fields are no device change"
     _, listed = await raw.call("GET", "/api/v1/namespaces/default/events")
     warnings = [e for e in listed["items"] if e["reason"] == "DRASharingDropped"]
     assert len(warnings) == 1 and warnings[0]["type"] == "Warning"
-    assert warnings[0]["involvedObject"] == {"apiVersion": "v1", "kind": "Node",
-                                             "name": "node-1"}
+    assert warnings[0]["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": node}
     await pub.publish(GPUS, {}, 1.0)  # the gate was turned on
     assert pub.problem is None
-    assert (await stored(raw))["spec"]["devices"][0]["allowMultipleAllocations"] is True
+    assert (await stored(raw, node))["spec"]["devices"][0]["allowMultipleAllocations"] is True
 
 
 async def test_the_gate_off_stand_in_stores_what_a_real_gate_off_server_stored(kube_api, raw):
@@ -126,18 +133,20 @@ async def test_the_gate_off_stand_in_stores_what_a_real_gate_off_server_stored(k
     assert code == 201 and obj["spec"] == real["spec"]
 
 
-async def test_remove_deletes_this_nodes_slices_only(kube_api, raw):
-    await publisher(kube_api, node="node-1").publish(GPUS, {}, 1.0)
-    await publisher(kube_api, node="node-2").publish(GPUS, {}, 1.0)
-    pub = publisher(kube_api, node="node-1")
+async def test_remove_deletes_this_nodes_slices_only(kube_api, raw, node):
+    other = f"{node}-other"
+    await publisher(kube_api, node).publish(GPUS, {}, 1.0)
+    await publisher(kube_api, other).publish(GPUS, {}, 1.0)
+    pub = publisher(kube_api, node)
     await pub.remove()
     await pub.remove()  # nothing left: fine
     _, listed = await raw.call("GET", SLICES)
-    assert [s["metadata"]["name"] for s in listed["items"]] == ["node-2-gpu.gpuslice.io"]
+    names = {s["metadata"]["name"] for s in listed["items"]}
+    assert f"{other}-gpu.gpuslice.io" in names and f"{node}-gpu.gpuslice.io" not in names
 
 
-async def test_an_api_server_that_keeps_answering_409_gives_a_typed_conflict(kube_api):
+async def test_an_api_server_that_keeps_answering_409_gives_a_typed_conflict(kube_api, node):
     faults = kube_api.need_faults()
     faults.fail_next(10, code=409, method="POST", resource="resourceslices")
     with pytest.raises(errors.Conflict):
-        await publisher(kube_api, attempts=3).publish(GPUS, {}, 1.0)
+        await publisher(kube_api, node, attempts=3).publish(GPUS, {}, 1.0)
