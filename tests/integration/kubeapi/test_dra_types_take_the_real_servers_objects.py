@@ -23,9 +23,16 @@ def test_the_samples_hold_every_dra_kind():
     assert kinds == set(dra_samples.DRA_KINDS)
 
 
+async def _delete(raw, url: str) -> None:
+    await raw.call("PATCH", url, {"metadata": {"finalizers": None}},
+                   "application/merge-patch+json")
+    await raw.call("DELETE", url)
+
+
 async def test_every_sample_round_trips_through_the_server(raw):
     for folder in ("input", "returned"):
         for name, obj in dra_samples.load(folder):
+            await _delete(raw, f"{_path(obj)}/{obj['metadata']['name']}")  # other tests'
             code, made = await raw.call("POST", _path(obj), dra_samples.sent(obj))
             assert code == 201, (name, made)
             url = f"{_path(obj)}/{made['metadata']['name']}"
@@ -38,9 +45,7 @@ async def test_every_sample_round_trips_through_the_server(raw):
             code, got = await raw.call("GET", url)
             assert code == 200 and got["spec"] == obj["spec"], name
             assert got.get("status") == (obj.get("status") or got.get("status")), name
-            await raw.call("PATCH", url, {"metadata": {"finalizers": None}},
-                           "application/merge-patch+json")
-            await raw.call("DELETE", url)
+            await _delete(raw, url)
 
 
 async def test_resource_slices_are_listed_by_node_and_driver(raw):
