@@ -32,7 +32,8 @@ async def _delete(raw, url: str) -> None:
 async def test_every_sample_round_trips_through_the_server(raw):
     for folder in ("input", "returned"):
         for name, obj in dra_samples.load(folder):
-            await _delete(raw, f"{_path(obj)}/{obj['metadata']['name']}")  # other tests'
+            if raw.kube_api.is_real:  # it keeps other tests' DRA objects
+                await _delete(raw, f"{_path(obj)}/{obj['metadata']['name']}")
             code, made = await raw.call("POST", _path(obj), dra_samples.sent(obj))
             assert code == 201, (name, made)
             url = f"{_path(obj)}/{made['metadata']['name']}"
