@@ -5,8 +5,8 @@ Owns: one spec per claim, `<cdiDir>/gpuslice.io-claim_<claim-uid>.json` (CDI 0.6
 `gpuslice.io/claim`, one device named by the claim uid: CDI id `gpuslice.io/claim=<uid>`),
 whose containerEdits are the device plugin's env and mounts (node/allocate.container_edits:
 library, ld.so.preload, the claim's region directory, the board, the limits as env) plus the
-device nodes of its GPUs and of the driver; writing it atomically (temporary file, fsync,
-rename, fsync of the folder: checkpoint.write_atomic) and removing it.
+device nodes of its GPUs and of the driver; writing it atomically (temporary file renamed into
+place: checkpoint.write_atomic, not durable: rebuilt at the next prepare) and removing it.
 Does not: decide limits (claims.py) or write regions (node/regions.py).
 Invariant: a reader (the runtime) sees the old spec, the new one or none, never half of one.
 Tests: tests/unit/dra/test_cdi.py
@@ -73,7 +73,10 @@ def build(claim_uid: str, region: RegionSpec, gpu_indexes: Iterable[int], region
 def write(cdi_dir: str | Path, claim_uid: str, spec: dict[str, Any]) -> Path:
     """Write the claim's spec atomically; returns its path."""
     target = path(cdi_dir, claim_uid)
-    write_atomic(target, json.dumps(spec, indent=1, sort_keys=True).encode(), 0o644)
+    # not durable: /var/run is a tmpfs, and after a crash the kubelet prepares again, which
+    # rewrites the spec from the checkpoint (an fsync here tripled a prepare's time)
+    write_atomic(target, json.dumps(spec, indent=1, sort_keys=True).encode(), 0o644,
+                 durable=False)
     return target
 
 

@@ -2,8 +2,8 @@
 prepared (their shares, pods and when), and the atomic file write it and cdi.py use.
 
 Owns: loading, adding and dropping entries; every change rewrites the whole file atomically
-(temporary file, fsync, rename, fsync of the folder), so a kill at any instant leaves the old
-or the new file, never a mix.
+and durably (temporary file, fsync, rename, fsync of the folder), so a kill or a power loss at
+any instant leaves the old or the new file, never a mix.
 Does not: decide what a claim gets (claims.py) or touch regions and CDI specs (plugin.py).
 Failure: a file that does not decode (edited by hand, another version) is moved aside to
 `prepared.json.bad-<time>` with an error in the log and the plugin starts empty: the kubelet's
@@ -40,15 +40,18 @@ class _File(msgspec.Struct):
     claims: dict[str, Entry]  # by claim uid
 
 
-def write_atomic(target: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace `target` with `data`: readers and crashes see the old or the new file."""
+def write_atomic(target: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Replace `target` with `data`: readers and a killed process see the old or the new file.
+    `durable` also survives a power loss (fsync of the file, then of the folder); without it
+    a crash of the machine may lose the write, for files that are rebuilt anyway."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{uuidlib.uuid4().hex}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         try:
             os.write(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, target)
@@ -56,11 +59,12 @@ def write_atomic(target: Path, data: bytes, mode: int = 0o644) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    if durable:
+        fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 class Checkpoint:

@@ -63,7 +63,7 @@ def test_a_failed_write_leaves_the_old_spec_and_no_temporary_file(tmp_path, monk
     def crash(*a):
         raise OSError("disk full")
 
-    monkeypatch.setattr(os, "fsync", crash)
+    monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError, match="disk full"):
         cdi.write(tmp_path, UID, {"new": 1})
     assert json.loads(old.read_text()) == {"old": 1}
