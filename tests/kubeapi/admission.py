@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
+import msgspec
 
 from . import errors
 from .errors import ApiProblem
@@ -119,10 +120,14 @@ class Admission:
         tls: ssl.SSLContext | bool = False if url.startswith("http:") else self._context(
             ca_bundle)
         async with asyncio.timeout(timeout), self._session.post(
-                url, json=review, ssl=tls) as reply:
+                url, data=msgspec.json.encode(review), ssl=tls,
+                headers={"Content-Type": "application/json"}) as reply:
             if reply.status != 200:
                 raise ValueError(f"the server responded with status {reply.status}")
-            return await reply.json(content_type=None)
+            try:
+                return dict(msgspec.json.decode(await reply.read()))
+            except (msgspec.DecodeError, TypeError, ValueError) as e:
+                raise ValueError(f"the reply is not an AdmissionReview: {e}") from None
 
     def _context(self, ca_bundle: str | None) -> ssl.SSLContext:
         key = ca_bundle or ""

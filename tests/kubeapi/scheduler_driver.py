@@ -305,7 +305,8 @@ class SchedulerDriver:
                 reasons.update(failed)
                 reasons.update(stuck)
                 unresolvable |= set(stuck)
-                feasible = [n for n in feasible if n in set(passed)]
+                passing = set(passed)
+                feasible = [n for n in feasible if n in passing]
             except ExtenderError:
                 if not self.config.ignorable:
                     raise
@@ -327,7 +328,7 @@ class SchedulerDriver:
     def _own_filters(self, pod: Obj, names: list[str]) -> tuple[list[str], dict[str, str],
                                                                  set[str]]:
         ignored = {n for n, skip in self.config.managed_resources.items() if skip}
-        requests = filters.pod_requests(pod)
+        requests = filters.fit_requests(filters.pod_requests(pod), ignored)
         want = filters.nodes_to_find(len(names), self.config.percentage_of_nodes_to_score)
         feasible: list[str] = []
         reasons: dict[str, str] = {}
@@ -339,8 +340,7 @@ class SchedulerDriver:
             name = names[(start + i) % len(names)]
             checked += 1
             why = filters.node_reasons(pod, self.nodes[name], requests,
-                                       self._allocatable[name], self._used.get(name, {}),
-                                       ignored)
+                                       self._allocatable[name], self._used.get(name, {}))
             if why:
                 reasons[name] = why[0]
             else:

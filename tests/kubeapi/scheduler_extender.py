@@ -66,8 +66,9 @@ class ExtenderClient:
         reply = await self._post(verb, self.args(pod, names, nodes))
         scores: dict[str, int] = {}
         for item in reply if isinstance(reply, list) else []:
-            item = _fold_keys(item)
-            scores[str(item.get("host"))] = int(item.get("score") or 0)
+            if not (isinstance(item, dict) and item.keys() == {"Host", "Score"}):
+                item = {k.capitalize(): v for k, v in _fold_keys(item).items()}
+            scores[str(item.get("Host"))] = int(item.get("Score") or 0)
         return scores
 
     async def bind(self, verb: str, pod: Obj, node: str) -> None:

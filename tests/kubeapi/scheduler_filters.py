@@ -63,29 +63,34 @@ def node_allocatable(node: Mapping[str, Any]) -> dict[str, float]:
     return {name: quantity(value) for name, value in allocatable.items()}
 
 
+def fit_requests(requests: Mapping[str, float], ignored: Collection[str]) -> dict[str, float]:
+    """The requests NodeResourcesFit checks, in its order: positive, not ignored, by name
+    (once per pod; node_reasons then reads them per node)."""
+    return {name: want for name, want in sorted(requests.items())
+            if name not in ignored and want > 0}
+
+
 def node_reasons(pod: Obj, node: Obj, requests: Mapping[str, float],
-                 allocatable: Mapping[str, float], used: Mapping[str, float],
-                 ignored: Collection[str]) -> list[str]:
-    """Why `pod` (asking for `requests`, see pod_requests) cannot go to `node` (`allocatable`
+                 allocatable: Mapping[str, float], used: Mapping[str, float]) -> list[str]:
+    """Why `pod` (asking for `requests`, see fit_requests) cannot go to `node` (`allocatable`
     from node_allocatable, `used` by pods there) by the scheduler's own filters ([] = fits)."""
     spec, node_spec = pod.get("spec") or {}, node.get("spec") or {}
     reasons: list[str] = []
-    if node_spec.get("unschedulable") and not _tolerates(spec, {
+    if node_spec and node_spec.get("unschedulable") and not _tolerates(spec, {
             "key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}):
         reasons.append(UNSCHEDULABLE)
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
-        reasons.append(SELECTOR)
-    for taint in node_spec.get("taints") or []:
+    selector = spec.get("nodeSelector")
+    if selector:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if any(labels.get(k) != v for k, v in selector.items()):
+            reasons.append(SELECTOR)
+    for taint in node_spec.get("taints") or ():
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(spec, taint):
             reasons.append(f"node(s) had untolerated taint {{{taint.get('key')}: "
                            f"{taint.get('value', '')}}}")
             break
-    for name, want in sorted(requests.items()):
-        if name in ignored or want <= 0:
-            continue
-        have = allocatable.get(name, 0) - used.get(name, 0)
-        if want > have:
+    for name, want in requests.items():
+        if want > allocatable.get(name, 0) - used.get(name, 0):
             reasons.append("Too many pods" if name == "pods" else f"Insufficient {name}")
     return reasons
 
