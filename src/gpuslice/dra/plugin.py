@@ -23,7 +23,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -127,7 +127,7 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
         self.layout = layout
         self.grace_s = grace_s
         self.checkpoint = Checkpoint(Path(state_dir) / "dra" / "prepared.json")
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # claim uid -> (lock, users)
         self._reports: set[asyncio.Task[None]] = set()
 
     # ---- gRPC
@@ -189,10 +189,29 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
             out.append(d)
         return out
 
+    @contextlib.asynccontextmanager
+    async def _claim(self, uid: str) -> AsyncIterator[None]:
+        """One prepare, unprepare or sweep of a claim at a time (the lock goes with its last
+        user, so the table does not grow with every claim the node ever saw)."""
+        lock, users = self._locks.get(uid, (asyncio.Lock(), 0))
+        self._locks[uid] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            users = self._locks[uid][1] - 1
+            if users:
+                self._locks[uid] = (lock, users)
+            else:
+                del self._locks[uid]
+
     async def prepare(self, namespace: str, name: str, uid: str) -> ClaimShares:
         """Prepare one claim (idempotent); DraError/APIError when it cannot be."""
-        cdi.check_uid(uid)
-        async with self._locks.setdefault(uid, asyncio.Lock()):
+        try:
+            cdi.check_uid(uid)
+        except ValueError as exc:
+            raise DraError(f"claim {namespace}/{name}: {exc}") from None
+        async with self._claim(uid):
             entry = self.checkpoint.get(uid)
             if entry is not None:
                 c = entry.claim
@@ -225,10 +244,9 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
     async def unprepare(self, uid: str) -> None:
         """Remove what prepare made for `uid`; a claim never prepared here is fine."""
         cdi.check_uid(uid)
-        async with self._locks.setdefault(uid, asyncio.Lock()):
+        async with self._claim(uid):
             entry = self.checkpoint.get(uid)
             self._remove(uid)
-        self._locks.pop(uid, None)
         if entry is not None:
             log.info("claim unprepared", extra={"claim": entry.claim.key, "claim_uid": uid})
 
@@ -305,11 +323,10 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
         gone = set()
         for uid in sorted(orphans | stale):
             with contextlib.suppress(ValueError):  # a file name that is no uid: not ours
-                async with self._locks.setdefault(uid, asyncio.Lock()):
+                async with self._claim(uid):
                     if uid in stale or uid not in self.checkpoint.entries:  # not prepared now
                         self._remove(uid)
                         gone.add(uid)
-                self._locks.pop(uid, None)
         if gone:
             log.info("removed DRA claims that no longer exist", extra={"claim_uids": sorted(gone)})
         return sorted(gone)

@@ -4,6 +4,7 @@ prepare killed half-way, per-claim errors, status.devices, and the sweep of stal
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import os
@@ -242,3 +243,20 @@ async def test_the_sweep_removes_stale_claims_after_the_grace_period_only(tmp_pa
     assert await p.sweep(now=t0 + 61) == ["c1", "c2"]
     assert os.listdir(tmp_path / "state/dra/regions") == []
     assert os.listdir(tmp_path / "cdi") == []
+
+
+async def test_calls_for_one_claim_run_one_at_a_time_and_leave_no_lock_behind(tmp_path):
+    p = plugin(tmp_path, Claims(SHARED))
+    await asyncio.gather(p.prepare("default", "shared", "c1"), p.unprepare("c1"),
+                         p.prepare("default", "shared", "c1"))
+    await p.stop()
+    assert set(p.prepared()) == {"c1"}, "the last prepare wins: prepared, files in place"
+    assert (tmp_path / "state/dra/regions/c1/region").exists()
+    assert cdi.path(tmp_path / "cdi", "c1").exists()
+    assert p._locks == {}
+
+
+async def test_a_uid_that_is_no_uid_is_refused_with_the_claims_name(tmp_path):
+    got = await prepare(plugin(tmp_path, Claims()), claim("odd", "../../etc"))
+    error = got["../../etc"].error
+    assert "claim default/odd: claim uid '../../etc': not a Kubernetes uid" in error
