@@ -14,6 +14,7 @@ Tests: tests/unit/allocator/test_reuse_properties.py
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
+from operator import is_
 
 import msgspec
 
@@ -86,8 +87,8 @@ class Reuse:
         if e is None:
             return None
         self._refresh(e, snaps, bulk)
-        if not fits.items() <= e.fits.items():  # identical placements: C speed
-            return None
+        if not all(map(is_, map(e.fits.get, fits), fits.values())):  # the same objects (equal
+            return None  # placements from an older snapshot score differently); C speed
         s = e.scores
         if s is None:
             s = e.scores = score.prioritize(e.node, e.fits)
