@@ -1,7 +1,7 @@
 """CDI spec files of prepared claims: what the container runtime gives every container that
 uses a claim.
 
-Owns: one spec per claim, `<cdiDir>/gpuslice.io-claim_<claim-uid>.json` (CDI 0.6.0, kind
+Owns: one spec per claim, `<cdiDir>/gpuslice.io-claim_<claim-uid>.json` (CDI 0.5.0, kind
 `gpuslice.io/claim`, one device named by the claim uid: CDI id `gpuslice.io/claim=<uid>`),
 whose containerEdits are the device plugin's env and mounts (node/allocate.container_edits:
 library, ld.so.preload, the claim's region directory, the board, the limits as env) plus the
@@ -27,7 +27,10 @@ from gpuslice.shim import RegionSpec
 
 __all__ = ["CDI_VERSION", "KIND", "build", "check_uid", "device_id", "path", "remove", "write"]
 
-CDI_VERSION = "0.6.0"
+# the least version that allows what the spec holds (0.5.0: a device name starting with a digit,
+# as uids do): a runtime's CDI library refuses versions newer than it knows, so the lowest
+# sufficient one is read by the most runtimes
+CDI_VERSION = "0.5.0"
 KIND = "gpuslice.io/claim"
 DRIVER_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")  # a CDI device name, and a safe file name

@@ -21,7 +21,7 @@ REGION = RegionSpec(device_uuids=(U0, U1), limits=(4096 << 20, 1024 << 20), sm_l
 
 def test_the_spec_gives_the_claim_the_device_plugins_env_and_mounts_and_its_device_nodes():
     spec = cdi.build(UID, REGION, [3, 1], "/s/dra/regions/" + UID, LAYOUT)
-    assert spec["cdiVersion"] == "0.6.0" and spec["kind"] == "gpuslice.io/claim"
+    assert spec["cdiVersion"] == "0.5.0" and spec["kind"] == "gpuslice.io/claim"
     (dev,) = spec["devices"]
     assert dev["name"] == UID
     edits = dev["containerEdits"]
