@@ -124,3 +124,24 @@ def test_trimmers_keep_only_what_placement_reads():
     n = trim_node(node("n1"))
     assert set(n["metadata"]) == {"name", "resourceVersion", "annotations"}
     assert "status" not in n
+
+
+def test_unstarted_flights_by_first_request_follow_pod_events_and_the_timeout():
+    clock = Clock()
+    s = fresh(clock)
+    s.on_node("ADDED", node("n1"))
+    one, two = ("nvidia.com/gpu", 1), ("nvidia.com/gpu", 2)
+    s.on_pod("ADDED", assigned(pod("old", mem=2048), "n1", ["GPU-n1-0"], at=NOW - 20))
+    s.on_pod("ADDED", assigned(pod("new", mem=1024), "n1", ["GPU-n1-1"], at=NOW - 5))
+    s.on_pod("ADDED", assigned(pod("pair", mem=1024, gpus=2), "n1", ["GPU-n1-0", "GPU-n1-1"]))
+    by = s.unstarted_by_first("n1")
+    assert [f.key for f in by[one]] == ["default/old", "default/new"], "oldest first"
+    assert [f.key for f in by[two]] == ["default/pair"]
+    s.on_pod("MODIFIED", assigned(pod("new", mem=1024), "n1", ["GPU-n1-1"], at=NOW - 5,
+                                  allocated="main"))
+    assert [f.key for f in s.unstarted_by_first("n1")[one]] == ["default/old"], \
+        "a pod the agent answered leaves at once"
+    clock.t = NOW + 10.5  # `old` was bound 30.5 s ago: past the in-flight timeout
+    assert one not in s.unstarted_by_first("n1")
+    assert [f.key for f in s.unstarted_by_first("n1")[two]] == ["default/pair"]
+    assert s.unstarted_by_first("n2") == {}
