@@ -11,6 +11,10 @@ import pytest
 from gpuslice import model
 from gpuslice.dra import claims
 from gpuslice.dra.claims import DraError, Share
+from gpuslice.dra.slices import build_slice
+from gpuslice.node.inventory import node_gpus
+from gpuslice.node.nvml import DeviceInfo
+from gpuslice.node.settings import load
 from kubeapi import dra_samples
 
 DRIVER = "gpu.example.com"  # the samples' driver
@@ -141,3 +145,15 @@ def test_the_region_holds_each_gpu_once_with_its_shares_added_and_the_largest_co
     assert spec.limits == (1536 << 20, 2048 << 20)
     assert spec.sm_limit == 100  # 20 + 90 on gpu-0, capped at one GPU
     assert spec.compute_mode == "work-conserving"
+
+
+@pytest.mark.parametrize("scaling", [1.0, 0.9, 1.5])
+def test_the_plugin_sizes_each_gpu_as_the_slice_publishes_it(scaling):
+    devices = [DeviceInfo(index=i, uuid=f"GPU-{i}", model="m", memory_bytes=(81559 << 20) + i,
+                          sm_count=1) for i in range(2)]
+    cfg = load(None, {"nodeName": "n", "memoryScaling": scaling}, environ={})
+    published = {d["name"]: d["capacity"]["memory"]["value"] for d in build_slice(
+        "n", devices, {}, scaling, step_mib=256)["spec"]["devices"]}
+    mine = {n: f"{d.memory_mib}Mi" for n, d in claims.node_devices(
+        node_gpus(devices, cfg, {}), 256).items()}
+    assert mine == published
