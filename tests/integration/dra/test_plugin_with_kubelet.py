@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import msgspec
 import pytest
 
 from gpuslice.dra import DRIVER, cdi
 from gpuslice.dra.proto import pluginregistration_pb2 as reg
 from gpuslice.dra.proto import pluginregistration_pb2_grpc as reg_grpc
-from gpuslice.node.agent import Agent
+from gpuslice.node.agent import Agent, remove_dra_slices
 from gpuslice.node.nvml import FakeBackend
 from gpuslice.node.settings import load
 from gpuslice.shim import Region
@@ -231,3 +232,16 @@ async def test_a_refused_registration_makes_the_agent_unready_and_says_why(kube_
                 reg.RegistrationStatus(plugin_registered=False, error="version not supported"))
         assert "the DRA driver gpu.gpuslice.io" in (n.agent.ready() or "")
         assert "the kubelet refused the DRA plugin: version not supported" in caplog.text
+
+
+async def test_a_stop_keeps_the_slice_and_remove_dra_slices_deletes_it(kube_api, raw):
+    slice_path = f"/apis/resource.k8s.io/v1/resourceslices/{NODE}-{DRIVER}"
+    async with dra_node(kube_api) as n:
+        async def published() -> bool:
+            return (await raw.call("GET", slice_path))[0] == 200
+
+        await wait_for(published, "slice published")
+        cfg = n.cfg
+    assert (await raw.call("GET", slice_path))[0] == 200, "a normal stop keeps the slice"
+    await remove_dra_slices(msgspec.structs.replace(cfg, kubeconfig=str(kube_api.kubeconfig)))
+    assert (await raw.call("GET", slice_path))[0] == 404
