@@ -32,6 +32,7 @@ SAME_SCENARIO = "same-container-2-procs"
 # 70 % tenant arrives; per-10 ms throughput of the arrival
 STEP_SCENARIO = "work-conserving-step"
 STEP_ARRIVE_S, STEP_CHUNK = 1.0, 20
+SCENARIOS = ("solo", PAIR_SCENARIO, TRIO_SCENARIO, SAME_SCENARIO, STEP_SCENARIO)
 WARM_S, MEASURE_S, GAP_S = 0.4, 1.2, 0.1
 
 
@@ -217,8 +218,8 @@ def simulate_step(sim, lat: int) -> list[dict]:
 
 class _Clocks:
     """Samples the SM clock (MHz) and board power (W) of GPU 0 through NVML (ctypes) every
-    20 ms while a phase is measured, and the phase's mean power from the energy counter;
-    absent NVML -> no samples (fields omitted)."""
+    20 ms while a phase is measured, with the clock-event reasons seen; absent NVML -> no
+    samples (fields omitted)."""
 
     def __init__(self) -> None:
         import ctypes
@@ -227,7 +228,6 @@ class _Clocks:
         self.samples: list[tuple[int, int]] = []
         self._on = threading.Event()
         self._nvml = None
-        self._energy = (0, 0.0)
         self.reasons = 0  # NVML clocks event reasons seen during the phase (bitmask)
         try:
             nvml = ctypes.CDLL("libnvidia-ml.so.1")
@@ -259,18 +259,9 @@ class _Clocks:
             ):
                 self.reasons |= why.value
 
-    def _energy_mj(self) -> int:
-        import ctypes
-
-        mj = ctypes.c_ulonglong()
-        ok = self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle, ctypes.byref(mj)) == 0
-        return mj.value if ok else -1
-
     def start(self) -> None:
         self.samples = []
         self.reasons = 0
-        if self._nvml:
-            self._energy = (self._energy_mj(), time.perf_counter())
         self._on.set()
 
     def stop(self) -> dict:
@@ -283,9 +274,6 @@ class _Clocks:
             "power_w": round(sum(b for _, b in s) / len(s) / 1000),
             "clock_reasons": hex(self.reasons),
         }
-        e1, t1 = self._energy_mj(), time.perf_counter()
-        if e1 >= 0 and self._energy[0] >= 0:
-            out["energy_w"] = round((e1 - self._energy[0]) / 1000 / (t1 - self._energy[1]))
         return out
 
     def call_costs(self) -> dict:
@@ -547,25 +535,25 @@ def _cases(
     return cases
 
 
-def _lib_slots(lib: Path, tmp: Path, board: Path, limits: list[int]) -> list[tuple]:
-    """(backend, scenario, limits, worker envs, phases) of every library slot."""
+def _lib_slots(backend: str, lib: Path, tmp: Path, board: Path, limits: list[int]) -> list[tuple]:
+    """(backend, scenario, limits, worker envs, phases) of every slot of one library build."""
 
     def env(limit: int, region: str, **extra: str) -> dict[str, str]:
-        return {**_lib_env(limit, tmp / f"{region}.region", board, lib), **extra}
+        return {**_lib_env(limit, tmp / f"{backend}-{region}.region", board, lib), **extra}
 
     all_phases = ",".join(PHASES)
-    slots = [("gpuslice", "solo", [lim], [env(lim, f"solo{lim}")], all_phases) for lim in limits]
+    slots = [(backend, "solo", [lim], [env(lim, f"solo{lim}")], all_phases) for lim in limits]
     slots += [
-        ("gpuslice", PAIR_SCENARIO, [30, 70], [env(30, "a"), env(70, "b")], PAIR_PHASES),
-        ("gpuslice", TRIO_SCENARIO, list(TRIO), [env(x, f"t{x}") for x in TRIO], PAIR_PHASES),
-        ("gpuslice", SAME_SCENARIO, [50, 50], [env(50, "same")] * 2, "matmul,small,graph"),
+        (backend, PAIR_SCENARIO, [30, 70], [env(30, "a"), env(70, "b")], PAIR_PHASES),
+        (backend, TRIO_SCENARIO, list(TRIO), [env(x, f"t{x}") for x in TRIO], PAIR_PHASES),
+        (backend, SAME_SCENARIO, [50, 50], [env(50, "same")] * 2, "matmul,small,graph"),
     ]
     step = [
         env(30, "borrower", GPUSLICE_COMPUTE_MODE="work-conserving", CUDA_TASK_PRIORITY="1",
             GS_BENCH_PHASES="stepA"),
         env(70, "arrival", CUDA_TASK_PRIORITY="0", GS_BENCH_PHASES="stepB"),
     ]  # fmt: skip
-    return [*slots, ("gpuslice", STEP_SCENARIO, [30, 70], step, "")]
+    return [*slots, (backend, STEP_SCENARIO, [30, 70], step, "")]
 
 
 def _mps_slots(client: dict[str, str]) -> list[tuple]:
@@ -621,7 +609,9 @@ def _step_cases(backend: str, results: list[dict], base: dict) -> list[dict]:
     ]
 
 
-def gpu(outdir: Path, mps: bool, limits: list[int], before_lib: Path | None = None) -> list[dict]:
+def gpu(
+    outdir: Path, mps: bool, limits: list[int], before_lib: Path | None, scenarios: set[str]
+) -> list[dict]:
     lib = ROOT / "native" / "build" / "libgpuslice.so"
     for path in (lib, before_lib):
         if path and not path.exists():
@@ -635,26 +625,15 @@ def gpu(outdir: Path, mps: bool, limits: list[int], before_lib: Path | None = No
     if "nvml_call_us" in base:
         cases.append({"mode": "gpu", "backend": "none", "scenario": "nvml-call-us",
                       **base["nvml_call_us"]})  # fmt: skip
-    slots = _lib_slots(lib, tmp, board, limits)
-    if before_lib:  # the previous build: tail latency at 50 % and the pair, same GPU, same run
-        old = [_lib_env(50, tmp / "old50.region", board, before_lib)]
-        slots += [("gpuslice-before", "solo", [50], old, "infer")]
-        slots += [
-            ("gpuslice-before", PAIR_SCENARIO, [30, 70],
-             [_lib_env(x, tmp / f"old{x}.region", board, before_lib) for x in (30, 70)],
-             PAIR_PHASES),
-            ("gpuslice-before", TRIO_SCENARIO, list(TRIO),
-             [_lib_env(x, tmp / f"oldt{x}.region", board, before_lib) for x in TRIO],
-             PAIR_PHASES),
-            ("gpuslice-before", SAME_SCENARIO, [50, 50],
-             [_lib_env(50, tmp / "oldsame.region", board, before_lib)] * 2, "matmul,small,graph"),
-        ]  # fmt: skip
+    slots = _lib_slots("gpuslice", lib, tmp, board, limits)
+    if before_lib:  # the previous build, same GPU, same run
+        slots += _lib_slots("gpuslice-before", before_lib, tmp, board, limits)
     # the same pairs without any limit: what time-slicing alone leaves each side
     slots += [("no-limit", PAIR_SCENARIO, [30, 70], [{}, {}], PAIR_PHASES)]
     slots += [("no-limit", TRIO_SCENARIO, list(TRIO), [{}, {}, {}], PAIR_PHASES)]
-    cases += _run_slots(slots, outdir, base)
+    cases += _run_slots([x for x in slots if x[1] in scenarios], outdir, base)
     if mps:
-        cases += _gpu_mps(outdir, tmp, base)
+        cases += _gpu_mps(outdir, tmp, base, scenarios)
     return cases
 
 
@@ -672,7 +651,7 @@ def _run_slots(slots: list[tuple], outdir: Path, base: dict) -> list[dict]:
     return cases
 
 
-def _gpu_mps(outdir: Path, tmp: Path, base: dict) -> list[dict]:
+def _gpu_mps(outdir: Path, tmp: Path, base: dict, scenarios: set[str]) -> list[dict]:
     pipe, logd = tmp / "mps-pipe", tmp / "mps-log"
     pipe.mkdir()
     logd.mkdir()
@@ -684,7 +663,7 @@ def _gpu_mps(outdir: Path, tmp: Path, base: dict) -> list[dict]:
         if not started:
             return [{"mode": "gpu", "backend": "mps", "error": "nvidia-cuda-mps-control -d failed"}]
         client = {"CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(logd)}
-        return _run_slots(_mps_slots(client), outdir, base)
+        return _run_slots([x for x in _mps_slots(client) if x[1] in scenarios], outdir, base)
     finally:
         subprocess.run(["nvidia-cuda-mps-control"], input=b"quit\n", env=menv, check=False)
 
@@ -746,13 +725,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--limits",
         default=",".join(map(str, LIMITS)),
-        help="GPU run: solo limits to measure (comma list; the pairs always run)",
+        help="GPU run: solo limits to measure (comma list)",
     )
     ap.add_argument(
         "--before-lib",
         type=Path,
         default=None,
-        help="GPU run: also run the 30/70 pair with this libgpuslice.so (e.g. an older build)",
+        help="GPU run: also run every library scenario with this libgpuslice.so (an older build)",
+    )
+    ap.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help="GPU run: scenarios to run (comma list; the unlimited baseline always runs)",
     )
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--phases", default=",".join(PHASES), help=argparse.SUPPRESS)
@@ -775,7 +759,12 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(
                 f"gpuslice: error: --limits {args.limits!r}: give percentages like 10,30,50,70"
             ) from None
-        cases = gpu(outdir, not args.no_mps, limits, args.before_lib)
+        scenarios = {x.strip() for x in args.scenarios.split(",") if x.strip()}
+        if unknown := scenarios - set(SCENARIOS):
+            raise SystemExit(
+                f"gpuslice: error: --scenarios: unknown {sorted(unknown)}; choose from {SCENARIOS}"
+            )
+        cases = gpu(outdir, not args.no_mps, limits, args.before_lib, scenarios)
         (outdir / "cases.json").write_text("\n".join(json.dumps(c) for c in cases) + "\n")
     if args.json:
         for case in cases:
