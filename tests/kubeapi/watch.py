@@ -109,13 +109,16 @@ class WatchStreams:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            wait = min(left, self.bookmark_interval) if bookmarks else left
-            try:
-                items = [await asyncio.wait_for(watcher.queue.get(), wait)]
-            except TimeoutError:
-                if bookmarks and deadline - time.monotonic() > 0:
-                    await self._write(response, "BOOKMARK", self._bookmark(rt, self.store.rv))
-                continue
+            items = []
+            if watcher.queue.empty():  # wait_for costs a task and a timer: only when idle
+                wait = min(left, self.bookmark_interval) if bookmarks else left
+                try:
+                    items.append(await asyncio.wait_for(watcher.queue.get(), wait))
+                except TimeoutError:
+                    if bookmarks and deadline - time.monotonic() > 0:
+                        await self._write(response, "BOOKMARK",
+                                          self._bookmark(rt, self.store.rv))
+                    continue
             while not watcher.queue.empty() and len(items) < 500:
                 items.append(watcher.queue.get_nowait())
             out, end = self._lines(rt, watcher, items, bookmarks, held)
@@ -130,6 +133,8 @@ class WatchStreams:
                bookmarks: bool, held: list[bytes]) -> tuple[list[bytes], bool]:
         """The lines for queued items, and whether the watch ends after them."""
         out: list[bytes] = []
+        reorder = self.faults.scenario_on(REORDERED_EVENTS, rt.plural)
+        duplicate = self.faults.scenario_on(DUPLICATE_EVENTS, rt.plural)
         for kind, obj in items:
             if kind in ("__drop__", "__expire__"):
                 out.extend(held)
@@ -143,11 +148,11 @@ class WatchStreams:
                     out.append(_line("BOOKMARK", self._bookmark(rt, obj["rv"])))
                 continue
             line = self._encoded(kind, obj) if watcher.plain else _line(kind, watcher.present(obj))
-            if self.faults.scenario_on(REORDERED_EVENTS, rt.plural) and not held:
+            if reorder and not held:
                 held.append(line)
                 continue
             out.append(line)
-            if self.faults.scenario_on(DUPLICATE_EVENTS, rt.plural):
+            if duplicate:
                 out.append(line)
             out.extend(held)
             held.clear()
