@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import os
 from typing import Any
@@ -260,3 +261,13 @@ async def test_a_uid_that_is_no_uid_is_refused_with_the_claims_name(tmp_path):
     got = await prepare(plugin(tmp_path, Claims()), claim("odd", "../../etc"))
     error = got["../../etc"].error
     assert "claim default/odd: claim uid '../../etc': not a Kubernetes uid" in error
+
+
+async def test_with_cdi_on_each_device_also_names_the_nvidia_runtimes_cdi_device(tmp_path):
+    p = DraPlugin(driver=DRIVER, node=NODE, api=Claims(SHARED), devices=lambda: DEVICES,
+                  state_dir=tmp_path / "state", cdi_dir=tmp_path / "cdi",
+                  layout=dataclasses.replace(layout(tmp_path), cdi=True))
+    (d,) = (await prepare(p, SHARED))["c1"].devices
+    assert list(d.cdi_device_ids) == ["gpuslice.io/claim=c1", f"nvidia.com/gpu={U0}"]
+    spec = json.loads(cdi.path(tmp_path / "cdi", "c1").read_text())
+    assert "NVIDIA_VISIBLE_DEVICES=void" in spec["devices"][0]["containerEdits"]["env"]
