@@ -8,7 +8,7 @@ Does not: decide what a claim gets (claims.py) or touch regions and CDI specs (p
 Failure: a file that does not decode (edited by hand, another version) is moved aside to
 `prepared.json.bad-<time>` with an error in the log and the plugin starts empty: the kubelet's
 next prepare of each claim rebuilds its entry from the API server (regions are kept).
-Tests: tests/unit/dra/test_plugin_checkpoint.py
+Tests: tests/unit/dra/test_plugin_prepare.py
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Invariants: a prepare repeated (also after a restart: from the checkpoint, witho
 server) gives the same answer and keeps a region whose limits match (its processes hold it).
 Failure: per claim, in the response's `error` (the kubelet retries and shows it in the pod's
 events): what is wrong and what to do; one claim's failure never fails the others.
-Tests: tests/unit/dra/test_plugin_checkpoint.py, tests/integration/dra/test_plugin_with_kubelet.py
+Tests: tests/unit/dra/test_plugin_prepare.py, tests/integration/dra/test_plugin_with_kubelet.py
 """
 
 from __future__ import annotations
