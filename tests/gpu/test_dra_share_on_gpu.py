@@ -71,6 +71,7 @@ class OneClaim:
 def _edits(tmp_path: Path, uuid: str, memory_mib: int) -> dict[str, Any]:
     """Prepare the claim through the plugin; its CDI spec's containerEdits."""
     state = tmp_path / "state"
+    state.mkdir()
     board = regions.prepare_board(state)
     layout = Layout(library_host="/unused", preload_host="/unused",
                     regions_host=str(state / "regions"), board_host=str(board))
@@ -117,7 +118,7 @@ def test_a_dra_share_caps_pytorch_memory_and_compute_through_its_cdi_edits(
     spec_env = dict(e.split("=", 1) for e in edits["env"])
     assert spec_env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
     assert spec_env["CUDA_DEVICE_SM_LIMIT"] == str(CORES)
-    env = source_env(**spec_env, LD_PRELOAD=str(libgpuslice), **TENANT)
+    env = source_env(**{**spec_env, "LD_PRELOAD": str(libgpuslice), **TENANT})
     prefix = _container(edits)
 
     child = children(env, api="torch", prefix=prefix)
