@@ -4,4 +4,6 @@
                   the PodResources v1 server, over real unix sockets
   pods.py         pods as the webhook and the extender leave them (bound, with assignments)
   nodeharness.py  a running node agent with fake GPUs registered with the emulator
+  dra.py          the DRA side: plugin watcher of plugins_registry (GetInfo,
+                  NotifyRegistrationStatus) and the DRAPlugin client (prepare, unprepare)
 """
