@@ -51,12 +51,12 @@ def device_id(claim_uid: str) -> str:
     return f"{KIND}={check_uid(claim_uid)}"
 
 
-def build(claim_uid: str, region: RegionSpec, gpu_indexes: Iterable[int], region_dir: str,
+def build(claim_uid: str, region: RegionSpec, minors: Iterable[int], region_dir: str,
           layout: Layout) -> dict[str, Any]:
     """The claim's CDI spec: the device plugin's env and mounts for this region, and the device
-    nodes of its GPUs (/dev/nvidia<index>) and of the driver."""
+    nodes of its GPUs (/dev/nvidia<minor>) and of the driver."""
     envs, mounts = container_edits(region, region_dir, layout)
-    nodes = [f"/dev/nvidia{i}" for i in dict.fromkeys(gpu_indexes)] + list(DRIVER_NODES)
+    nodes = [f"/dev/nvidia{i}" for i in dict.fromkeys(minors)] + list(DRIVER_NODES)
     return {
         "cdiVersion": CDI_VERSION,
         "kind": KIND,

@@ -43,7 +43,7 @@ class NodeDevice:
 
     name: str  # gpu-<nvml index>
     uuid: str
-    index: int
+    minor: int  # /dev/nvidia<minor> (NVML's minor number; the NVML index where it has none)
     memory_mib: int  # the published capacity: scaled memory rounded down to the step
     healthy: bool
 
@@ -55,7 +55,7 @@ class Share:
     request: str
     device: str
     uuid: str
-    index: int  # NVML index: /dev/nvidia<index>
+    minor: int  # /dev/nvidia<minor>
     memory_mib: int
     cores: int  # 1..100; 100 = no compute limit
     share_id: str | None  # None: the whole device (no consumedCapacity)
@@ -74,10 +74,14 @@ class ClaimShares:
         return f"{self.namespace}/{self.name}"
 
 
-def node_devices(gpus: Sequence[model.GPU], step_mib: int) -> dict[str, NodeDevice]:
+def node_devices(gpus: Sequence[model.GPU], step_mib: int,
+                 minors: Mapping[str, int] | None = None) -> dict[str, NodeDevice]:
     """The devices this node publishes (slices.py), by name; unhealthy ones too, marked, so a
-    claim on one gets the right error (hidden GPUs are not in `gpus`)."""
-    return {device_name(g.index): NodeDevice(device_name(g.index), g.uuid, g.index,
+    claim on one gets the right error (hidden GPUs are not in `gpus`). `minors`: uuid -> the
+    device node's minor number, where NVML knows it."""
+    minors = minors or {}
+    return {device_name(g.index): NodeDevice(device_name(g.index), g.uuid,
+                                             minors.get(g.uuid, g.index),
                                              g.memory_mib // step_mib * step_mib, g.healthy)
             for g in gpus}
 
@@ -107,7 +111,7 @@ def _share(r: Mapping[str, Any], dev: NodeDevice, where: str) -> Share:
                        "the scheduler allocated (memoryScaling or memoryStepMiB): delete the pod "
                        "and the claim so that it is allocated again")
     share_id = r.get("shareID")
-    return Share(str(r.get("request", "")), dev.name, dev.uuid, dev.index, memory, cores,
+    return Share(str(r.get("request", "")), dev.name, dev.uuid, dev.minor, memory, cores,
                  str(share_id) if share_id else None)
 
 

@@ -238,7 +238,7 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
         if how == "replaced":
             log.warning("the claim's region did not hold its limits; replaced",
                         extra={"claim": c.key})
-        cdi.write(self.cdi_dir, c.uid, cdi.build(c.uid, spec, [s.index for s in c.shares],
+        cdi.write(self.cdi_dir, c.uid, cdi.build(c.uid, spec, [s.minor for s in c.shares],
                                                  str(d), self.layout))
 
     async def unprepare(self, uid: str) -> None:

@@ -123,15 +123,19 @@ class Agent:
         d = self.cfg.dra
         if not d.enabled:
             return
+        minors = {dev.uuid: dev.minor for dev in self.devices if dev.minor is not None}
         self.dra = DraPlugin(
             driver=d.driver_name, node=self.cfg.node_name, api=ApiClaims(client),
-            devices=lambda: dra_claims.node_devices(self.gpus(), d.memory_step_mib),
+            devices=lambda: dra_claims.node_devices(self.gpus(), d.memory_step_mib, minors),
             state_dir=state, cdi_dir=d.cdi_dir, layout=self.layout,
             grace_s=self.cfg.watchdog.region_grace_seconds)
         self.dra_link = DraLink(self.dra, driver=d.driver_name, plugin_dir=d.plugin_dir,
                                 registry_dir=d.registry_dir)
+        first = self.devices[0]
         self.publisher = SlicePublisher(client, self.cfg.node_name, d, log=log,
-                                        events=self.cluster.events, hidden=self.cfg.hide_gpus)
+                                        events=self.cluster.events, hidden=self.cfg.hide_gpus,
+                                        driver_version=first.driver_version,
+                                        cuda_driver_version=first.cuda_driver_version)
 
     # ---- what the plugins ask (plugin.Source)
     def gpus(self) -> tuple[model.GPU, ...]:

@@ -54,6 +54,9 @@ class DeviceInfo:
     sm_count: int
     numa_node: int | None = None
     nvlink_peers: tuple[str, ...] = ()
+    minor: int | None = None  # /dev/nvidia<minor>
+    driver_version: str | None = None  # the node's, e.g. "580.159.04"
+    cuda_driver_version: int | None = None  # e.g. 13000 for CUDA 13.0
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,9 @@ class NvmlBackend:
                                      "that the agent's container is given the GPUs "
                                      "(privileged or NVIDIA_VISIBLE_DEVICES=all)")
         self._handles: dict[str, Any] = {}
+        version = _optional(pynvml.nvmlSystemGetDriverVersion)
+        self._driver_version = _text(version) if version is not None else None
+        self._cuda_version = _optional(pynvml.nvmlSystemGetCudaDriverVersion)
         self._devices = tuple(self._discover(i) for i in range(count))
         self._events: Any = None
         self._closed = False
@@ -173,7 +179,10 @@ class NvmlBackend:
         return DeviceInfo(index=index, uuid=uuid, model=model,
                           memory_bytes=n.nvmlDeviceGetMemoryInfo(h).total, sm_count=int(sms),
                           numa_node=_optional(n.nvmlDeviceGetNumaNodeId, h),
-                          nvlink_peers=self._peers(h))
+                          nvlink_peers=self._peers(h),
+                          minor=_optional(n.nvmlDeviceGetMinorNumber, h),
+                          driver_version=self._driver_version,
+                          cuda_driver_version=self._cuda_version)
 
     def _peers(self, h: Any) -> tuple[str, ...]:
         """Bus ids of active NVLink peers (resolved to UUIDs once all GPUs are known)."""
@@ -282,6 +291,7 @@ class _FakeGPU(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     sm_count: int = msgspec.field(name="smCount", default=80)
     numa_node: int | None = msgspec.field(name="numaNode", default=None)
     nvlink_peers: list[str] = msgspec.field(name="nvlinkPeers", default_factory=list)
+    minor: int | None = None
     utilisation: int = 0
     temperature: int = 40
     power_watts: float = msgspec.field(name="powerWatts", default=60.0)
@@ -345,7 +355,7 @@ class FakeBackend:
         except (OSError, yaml.YAMLError, msgspec.ValidationError) as exc:
             if force:
                 raise ConfigError(f"--gpu-backend fake:{self.path}: {exc}; fix the file (keys: "
-                                  "gpus[].uuid/model/memoryMiB/smCount/numaNode/nvlinkPeers/"
+                                  "gpus[].uuid/model/memoryMiB/smCount/numaNode/nvlinkPeers/minor/"
                                   "utilisation/temperature/powerWatts/lost/processes, "
                                   "xids[].uuid/xid)") from None
             return  # a half-written file during a test's edit: keep the last good state
@@ -371,7 +381,8 @@ class FakeBackend:
     def devices(self) -> tuple[DeviceInfo, ...]:
         return tuple(DeviceInfo(index=i, uuid=g.uuid, model=g.model,
                                 memory_bytes=g.memory_mib * MiB, sm_count=g.sm_count,
-                                numa_node=g.numa_node, nvlink_peers=tuple(g.nvlink_peers))
+                                numa_node=g.numa_node, nvlink_peers=tuple(g.nvlink_peers),
+                                minor=g.minor)
                      for i, g in enumerate(self.gpus))
 
     def stats(self, uuid: str) -> DeviceStats:

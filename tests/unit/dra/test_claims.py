@@ -157,3 +157,9 @@ def test_the_plugin_sizes_each_gpu_as_the_slice_publishes_it(scaling):
     mine = {n: f"{d.memory_mib}Mi" for n, d in claims.node_devices(
         node_gpus(devices, cfg, {}), 256).items()}
     assert mine == published
+
+
+def test_a_share_names_the_device_node_nvml_gives_its_gpu_not_its_index():
+    gpus = [model.GPU(uuid=UUID0, model="m", memory_mib=1024, index=0)]
+    assert claims.node_devices(gpus, 256, {UUID0: 7})["gpu-0"].minor == 7
+    assert claims.node_devices(gpus, 256)["gpu-0"].minor == 0, "NVML without minors: the index"

@@ -127,6 +127,8 @@ def _fake_nvml(monkeypatch, **more):
         "nvmlDeviceGetNvLinkState": unsupported, "nvmlDeviceGetUtilizationRates": unsupported,
         "nvmlDeviceGetPowerUsage": unsupported, "nvmlDeviceGetTemperature": unsupported,
         "nvmlDeviceGetPciInfo": lambda h: types.SimpleNamespace(busId=b"0000:01:00.0"),
+        "nvmlDeviceGetMinorNumber": unsupported, "nvmlSystemGetDriverVersion": unsupported,
+        "nvmlSystemGetCudaDriverVersion": unsupported,
     }
     for name, fn in {**fakes, **more}.items():
         monkeypatch.setattr(pynvml, name, fn)
@@ -136,7 +138,8 @@ def _fake_nvml(monkeypatch, **more):
 def test_unsupported_queries_give_none_and_the_model_table_fills_in_sms(monkeypatch):
     b = _fake_nvml(monkeypatch)
     (d,) = b.devices()
-    assert (d.sm_count, d.numa_node, d.nvlink_peers) == (114, None, ())
+    assert (d.sm_count, d.numa_node, d.nvlink_peers, d.minor, d.driver_version) == (
+        114, None, (), None, None)
     s = b.stats("GPU-x")
     assert (s.utilisation, s.temperature, s.power_watts) == (None, None, None)
     assert s.memory_used == 1 << 30
@@ -155,3 +158,11 @@ def test_critical_xids_become_health_events_and_application_xids_do_not(monkeypa
     assert b.wait_events(0.01) == [], "XID 13 is an application's fault, not the GPU's"
     b.close()
     assert b.wait_events(0.01) == [], "a closed backend waits for nothing"
+
+
+def test_device_node_minor_and_driver_versions_come_from_nvml(monkeypatch):
+    b = _fake_nvml(monkeypatch, nvmlDeviceGetMinorNumber=lambda h: 3,
+                   nvmlSystemGetDriverVersion=lambda: b"580.159.04",
+                   nvmlSystemGetCudaDriverVersion=lambda: 13000)
+    (d,) = b.devices()
+    assert (d.minor, d.driver_version, d.cuda_driver_version) == (3, "580.159.04", 13000)

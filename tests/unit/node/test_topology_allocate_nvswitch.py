@@ -49,6 +49,8 @@ def _fake_pynvml(remote_bus: dict[str, str], remote_type: int) -> types.ModuleTy
         nvmlDeviceGetNvLinkRemotePciInfo=remote_pci,
         nvmlDeviceGetNvLinkRemoteDeviceType=lambda h, link: remote_type,
         nvmlDeviceGetP2PStatus=lambda a, b, index: STATUS_OK,
+        nvmlDeviceGetMinorNumber=lambda h: h, nvmlSystemGetDriverVersion=lambda: "580.159.04",
+        nvmlSystemGetCudaDriverVersion=lambda: 13000,
         nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=BUS[uuids[h]]))
     return m
 
