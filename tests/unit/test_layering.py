@@ -8,7 +8,7 @@ import textwrap
 
 BLOCKED = ("aiohttp", "lightkube", "grpc", "pynvml", "kopf", "kubernetes")
 CORE = ("gpuslice.model", "gpuslice.quantity", "gpuslice.dialects", "gpuslice.codec",
-        "gpuslice.errors", "gpuslice.handoff")
+        "gpuslice.errors", "gpuslice.handoff", "gpuslice.dra.claims", "gpuslice.dra.slices")
 PACKAGES = ("gpuslice.allocator", "gpuslice.simulate")
 
 PROGRAM = textwrap.dedent("""

@@ -6,6 +6,12 @@ Open first: slices.py (what a node publishes), then
   publisher.py  create/update the slice, read it back (a gate-off server drops sharing
                 fields silently: say so loudly), remove it at uninstall
   claims.py     PURE: a claim's allocation -> its shares on this node (the kubelet plugin's input)
+  plugin.py     kubelet DRAPlugin servicer: prepare = claim -> region + CDI spec + checkpoint
+  cdi.py        the claim's CDI spec (the device plugin's env and mounts, plus device nodes)
+  checkpoint.py <state-dir>/dra/prepared.json: what prepare made, read back after a restart
+  kubelet.py    the DRA and plugin-registration sockets, served again when they disappear
+  proto/        kubelet DRA v1 and plugin registration (generated code checked in)
+The node agent runs all of it when `dra.enabled` (node/agent.py).
 The contract between the two halves: docs/dra.md and the DRA section of WIRE.md.
 """
 
