@@ -56,7 +56,7 @@ from gpuslice.kube.patch import patch_metadata  # noqa: E402
 from gpuslice.scheduler.state import trim_pod  # noqa: E402
 from kubeapi.certs import make_pki  # noqa: E402
 from kubeapi.envtest import ControlPlane, find_assets  # noqa: E402
-from kubeapi.scheduler_driver import DriverConfig, SchedulerDriver  # noqa: E402
+from kubeapi.scheduler_driver import DriverConfig, SchedulerDriver, api_session  # noqa: E402
 from kubeapi.server import spawn  # noqa: E402
 
 GPU_MIB = 81920
@@ -251,18 +251,6 @@ def overcommitted(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tu
     return bad, stray
 
 
-def api_session(kubeconfig: Path, limit: int) -> aiohttp.ClientSession:
-    """A plain aiohttp session with the kubeconfig's server, CA, client certificate and token."""
-    from lightkube.config.client_adapter import verify_cluster
-
-    config = KubeConfig.from_file(kubeconfig).get()
-    tls = verify_cluster(config.cluster, config.user, config.abs_file)
-    headers = {"Authorization": f"Bearer {config.user.token}"} if config.user.token else {}
-    return aiohttp.ClientSession(base_url=config.cluster.server, headers=headers,
-                                 connector=aiohttp.TCPConnector(ssl=tls, limit=limit),
-                                 timeout=aiohttp.ClientTimeout(total=60))
-
-
 class Child:
     """This script in another role (`--role driver|agent`), in its own process so each part of
     the pipeline has a core of its own where there are cores; it reports JSON lines on stdout
@@ -396,7 +384,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         bodies = [json.dumps(pod_body(f"job-{i:05d}", rng.choice(shapes), not a.no_webhook))
                   for i in range(a.pods)]
         cpu_before = time.process_time()
-        async with api_session(kubeconfig, a.concurrency) as api:
+        async with api_session(kubeconfig, limit=a.concurrency, timeout=60) as api:
             t0 = time.monotonic()
             gate = asyncio.Semaphore(a.concurrency)
 

@@ -117,16 +117,7 @@ class SchedulerDriver:
     # ---- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> SchedulerDriver:
-        from lightkube import KubeConfig
-        from lightkube.config.client_adapter import verify_cluster
-
-        config = KubeConfig.from_file(self.kubeconfig).get()
-        tls = verify_cluster(config.cluster, config.user, config.abs_file)
-        headers = {"Authorization": f"Bearer {config.user.token}"} if config.user.token else {}
-        self._api = aiohttp.ClientSession(
-            base_url=config.cluster.server, headers=headers,
-            connector=aiohttp.TCPConnector(ssl=tls, limit=32),
-            timeout=aiohttp.ClientTimeout(total=30))
+        self._api = api_session(self.kubeconfig, limit=32, timeout=30)
         self._extender = ExtenderClient(self.config.url_prefix, self.config.http_timeout,
                                         self.config.node_cache_capable,
                                         self.stats.verb_seconds)
@@ -447,6 +438,19 @@ class SchedulerDriver:
         except (aiohttp.ClientError, TimeoutError) as e:
             log.warning("event %s for %s/%s not posted: %s", reason, meta["namespace"],
                         meta["name"], e)
+
+
+def api_session(kubeconfig: Path, *, limit: int, timeout: float) -> aiohttp.ClientSession:
+    """A plain aiohttp session on the kubeconfig's server, CA, client certificate and token."""
+    from lightkube import KubeConfig
+    from lightkube.config.client_adapter import verify_cluster
+
+    config = KubeConfig.from_file(kubeconfig).get()
+    tls = verify_cluster(config.cluster, config.user, config.abs_file)
+    headers = {"Authorization": f"Bearer {config.user.token}"} if config.user.token else {}
+    return aiohttp.ClientSession(base_url=config.cluster.server, headers=headers,
+                                 connector=aiohttp.TCPConnector(ssl=tls, limit=limit),
+                                 timeout=aiohttp.ClientTimeout(total=timeout))
 
 
 class _Unschedulable(Exception):
