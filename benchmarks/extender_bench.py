@@ -11,9 +11,13 @@ rotation of shapes), filter with every node name (percentageOfNodesToScore 100, 
 --offer 10 sends the 10 % kube-scheduler's adaptive default looks at with 5,000 nodes), then
 prioritize with the names that passed. A call is timed from sending the body to
 reading the whole reply (bodies encoded beforehand; TCP_NODELAY as Go's client).
+The extender keeps results per pod shape and decides again only the nodes changed since
+(allocator/reuse.py): --bind places each pod on its best node between pods, untimed, as
+kube-scheduler's bind would (so every filter has changed nodes to decide again); --new-shapes
+names every pod's container anew, a shape never seen (nothing kept serves it: the slow path).
 Prints a table, or with --json one JSON object (p50_ms, p99_ms of filter+prioritize).
 Usage: python benchmarks/extender_bench.py [--nodes 5000 --gpus 8 --pods 40000 --rounds 30]
-       [--offer 100] [--json]
+       [--offer 100] [--bind] [--new-shapes] [--json]
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from gpuslice.allocator import parse_policy
 from gpuslice.scheduler.app import make_app
 from gpuslice.scheduler.filter import Evaluator
 from gpuslice.scheduler.metrics import Metrics
-from gpuslice.scheduler.state import ExtenderState
+from gpuslice.scheduler.state import ExtenderState, pod_key
 
 MODELS = (("NVIDIA H100 80GB HBM3", 81920), ("NVIDIA L40S", 49152), ("NVIDIA A10", 24576))
 SHAPES: dict[str, dict[str, Any]] = {  # container limits, pod annotations
@@ -60,13 +64,14 @@ SHAPES: dict[str, dict[str, Any]] = {  # container limits, pod annotations
 }
 
 
-def pod(name: str, limits: dict[str, str], annotations: dict[str, str]) -> dict[str, Any]:
+def pod(name: str, limits: dict[str, str], annotations: dict[str, str],
+        container: str = "main") -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "bench", "uid": f"uid-{name}",
                          "resourceVersion": "1", "creationTimestamp": "2026-11-24T00:00:00Z",
                          "labels": {handoff.MANAGED_LABEL: "true"},
                          "annotations": dict(annotations)},
             "spec": {"schedulerName": "gpuslice-scheduler",
-                     "containers": [{"name": "main", "image": "x",
+                     "containers": [{"name": container, "image": "x",
                                      "resources": {"limits": limits, "requests": limits}}]},
             "status": {"phase": "Pending"}}
 
@@ -109,6 +114,21 @@ def build(state: ExtenderState, nodes: int, gpus: int, pods: int, in_flight: int
         placed += 1
 
 
+def add_place_route(app: web.Application, ev: Evaluator) -> None:
+    """POST /bench/place {"Pod", "Node"}: hold the pod's placement there as bind does (the
+    node agent taken to answer at once: no flight), without the API writes."""
+
+    async def place(request: web.Request) -> web.Response:
+        body = await request.json()
+        pod_, node = body["Pod"], body["Node"]
+        pl = ev.cached(pod_, [node]).fits.get(node)
+        if pl is not None:
+            ev.state.assume(pod_key(pod_), pod_["metadata"]["uid"], pl.assignment, None)
+        return web.json_response({"placed": pl is not None})
+
+    app.router.add_post("/bench/place", place)
+
+
 def serve(app: web.Application) -> tuple[int, int]:
     """Serve `app` from a forked child (its own interpreter, as the real extender is its own
     process); returns (port, child pid)."""
@@ -149,6 +169,10 @@ def main() -> int:
     ap.add_argument("--offer", type=int, default=100, metavar="PERCENT",
                     help="nodes offered per filter call (kube-scheduler's "
                          "percentageOfNodesToScore; its adaptive default at 5,000 nodes is 10)")
+    ap.add_argument("--bind", action="store_true",
+                    help="place each pod on its best node before the next (untimed)")
+    ap.add_argument("--new-shapes", action="store_true",
+                    help="every pod a shape not seen before (its own container name)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -159,8 +183,10 @@ def main() -> int:
     gc.collect()
     gc.freeze()  # what the long-running extender does after its first list
     metrics = Metrics(state)
-    app = make_app(Evaluator(state, parse_policy(a.policy)), None, metrics,  # type: ignore[arg-type]
-                   ready=lambda: None, is_leader=lambda: True)
+    ev = Evaluator(state, parse_policy(a.policy))
+    app = make_app(ev, None, metrics, ready=lambda: None,  # type: ignore[arg-type]
+                   is_leader=lambda: True)
+    add_place_route(app, ev)
     port, child = serve(app)
     conn = http.client.HTTPConnection("127.0.0.1", port)
     conn.connect()
@@ -176,11 +202,13 @@ def main() -> int:
 
     times: dict[str, list[float]] = {k: [] for k in SHAPES}
     fits: dict[str, int] = {}
+    placed = 0
     serial = 0
     for r in range(a.rounds + 1):  # round 0 warms up (first filter builds the node table)
         for shape, (limits, ann) in SHAPES.items():
             serial += 1
-            p = pod(f"new-{serial}", limits, ann)
+            p = pod(f"new-{serial}", limits, ann,
+                    container=f"c{serial}" if a.new_shapes else "main")
             start = serial * offered % len(names)  # kube-scheduler rotates where it starts
             offer = (names[start:] + names[:start])[:offered]
             f_ms, raw = call("filter", json.dumps({"Pod": p, "Nodes": None,
@@ -188,7 +216,12 @@ def main() -> int:
             passed = json.loads(raw)["NodeNames"]
             p_ms, raw = call("prioritize", json.dumps({"Pod": p, "Nodes": None,
                                                        "NodeNames": passed}).encode())
-            assert len(json.loads(raw)) == len(passed)
+            scores = json.loads(raw)
+            assert len(scores) == len(passed)
+            if a.bind and scores:
+                best = max(scores, key=lambda h: h["Score"])["Host"]
+                _, raw = call("bench/place", json.dumps({"Pod": p, "Node": best}).encode())
+                placed += json.loads(raw)["placed"]
             if r:
                 times[shape].append(f_ms + p_ms)
                 fits[shape] = len(passed)
@@ -198,6 +231,7 @@ def main() -> int:
     out = {
         "nodes": a.nodes, "gpus": a.gpus, "pods": a.pods, "in_flight": a.in_flight,
         "rounds": a.rounds, "calls": len(every), "policy": a.policy, "offered_nodes": offered,
+        "bind": a.bind, "placed": placed, "new_shapes": a.new_shapes,
         "p50_ms": round(pct(every, 0.5), 3), "p99_ms": round(pct(every, 0.99), 3),
         "max_ms": round(max(every), 3), "build_s": round(build_s, 1),
         "transport": "HTTP/1.1 keep-alive on 127.0.0.1, bodies pre-encoded",

@@ -11,7 +11,7 @@ Tests: tests/unit/allocator/test_fit.py, test_fit_properties.py, test_search_pro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import compress
 from operator import not_
 
@@ -83,13 +83,17 @@ class Placement(msgspec.Struct, gc=False):
 
 
 class FilterResult:
-    """Filter outcome: `fits` node -> best placement, `failed` node -> rejection."""
+    """Filter outcome: `fits` node -> best placement, `failed` node -> rejection; `scores`,
+    when set (results kept per shape, reuse.py), gives these placements' scores for at least
+    the nodes of `fits`, or None once they are out of date (then ClusterState.prioritize)."""
 
-    __slots__ = ("failed", "fits")
+    __slots__ = ("failed", "fits", "scores")
 
-    def __init__(self, fits: dict[str, Placement], failed: dict[str, Rejection]) -> None:
+    def __init__(self, fits: dict[str, Placement], failed: dict[str, Rejection],
+                 scores: Callable[[], Mapping[str, int] | None] | None = None) -> None:
         self.fits = fits
         self.failed = failed
+        self.scores = scores
 
     def __repr__(self) -> str:
         return f"FilterResult(fits={sorted(self.fits)}, failed={sorted(self.failed)})"

@@ -14,7 +14,6 @@ Tests: tests/unit/allocator/test_reuse_properties.py
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
-from operator import is_
 
 import msgspec
 
@@ -76,25 +75,18 @@ class Reuse:
             e = self._entries[key] = _Entry(ctx, node, bulk(ctx), self._pos())
         else:
             self._refresh(e, snaps, bulk)
-        return FilterResult(dict(e.fits), dict(e.failed))
+        pos = e.pos
 
-    def scores(self, key: Hashable, fits: Mapping[str, Placement],
-               snaps: Mapping[str, NodeSnapshot], bulk: Callable[[fit._Ctx], FilterResult]
-               ) -> dict[str, int] | None:
-        """Scores for `fits` from the shape's entry, or None when `fits` are not the entry's
-        own placements (another filter's, or nodes changed since): then score them afresh."""
-        e = self._entries.get(key)
-        if e is None:
-            return None
-        self._refresh(e, snaps, bulk)
-        if not all(map(is_, map(e.fits.get, fits), fits.values())):  # the same objects (equal
-            return None  # placements from an older snapshot score differently); C speed
-        s = e.scores
-        if s is None:
-            s = e.scores = score.prioritize(e.node, e.fits)
-        if len(fits) == len(s):
-            return dict(s)
-        return dict(zip(fits, map(s.__getitem__, fits), strict=True))
+        def scores() -> Mapping[str, int] | None:  # FilterResult.scores
+            return self._scored(e) if e.pos == pos else None
+
+        return FilterResult(dict(e.fits), dict(e.failed), scores)
+
+    @staticmethod
+    def _scored(e: _Entry) -> dict[str, int]:
+        if e.scores is None:
+            e.scores = score.prioritize(e.node, e.fits)
+        return e.scores
 
     def _pos(self) -> int:
         return self._base + len(self._log)

@@ -8,8 +8,8 @@ rule); no GPU is over-committed in memory, cores or slots; every node's NodeSnap
 rebuilt on each change to it (O(GPUs)) and its NodeTable row updated (the table is rebuilt
 lazily when the node set changes), so a filter over all nodes reads summary columns first;
 prepared pods (fit.prepare, pure) are reused per shape, at most _PREPARED kept; with `reuse`
-(the default) an every-node filter and its scores are kept per shape and only the nodes changed
-since are decided again (reuse.py).
+(the default) every-node filter results and their scores (FilterResult.scores) are kept per
+shape and only the nodes changed since are decided again (reuse.py).
 Failure: `assign` raises AllocationError listing every problem and leaves the state as it was.
 Health is not checked on assign (a GPU may turn unhealthy under running pods).
 Tests: tests/unit/allocator/test_state.py, test_fit_properties.py, test_search_properties.py
@@ -132,11 +132,6 @@ class ClusterState:
     def prioritize(self, pod: PodRequest, policy: Policy,
                    fits: dict[str, Placement]) -> dict[str, int]:
         node = policy.with_overrides(pod.node_policy, pod.gpu_policy).node
-        if self._reuse is not None:
-            got = self._reuse.scores((shape_of(pod), policy, search.MAX_SEARCH), fits,
-                                     self._snap, self._bulk)
-            if got is not None:
-                return got
         return score.prioritize(node, fits)
 
     def schedule(self, pod: PodRequest, policy: Policy) -> Placement | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from itertools import compress, filterfalse
 from operator import attrgetter, not_
 from typing import Any
@@ -52,13 +52,15 @@ Refused = Rejection | Refusal  # a Rejection words its detail only when it is re
 
 
 class Verdict:
-    """A pod against some nodes: `fits` (node -> placement) and `failed` (node -> refusal)."""
+    """A pod against some nodes: `fits` (node -> placement) and `failed` (node -> refusal);
+    `scores` as the allocator's FilterResult.scores (None: ask ClusterState.prioritize)."""
 
-    __slots__ = ("failed", "fits", "pod")
+    __slots__ = ("failed", "fits", "pod", "scores")
 
     def __init__(self, pod: PodRequest, fits: dict[str, Placement],
-                 failed: dict[str, Refused]) -> None:
-        self.pod, self.fits, self.failed = pod, fits, failed
+                 failed: dict[str, Refused],
+                 scores: Callable[[], Mapping[str, int] | None] | None = None) -> None:
+        self.pod, self.fits, self.failed, self.scores = pod, fits, failed, scores
 
 
 class Evaluator:
@@ -123,7 +125,7 @@ class Evaluator:
         failed: dict[str, Refused] = fr.failed  # type: ignore[assignment]
         for n in [n for n in filterfalse(fits.__contains__, names) if n not in failed]:
             failed[n] = no_inventory(n)  # the GPU inventory does not know it
-        verdict = Verdict(req, fits, failed)
+        verdict = Verdict(req, fits, failed, fr.scores)
         self._hand_off(pod, verdict, cached=True)
         self._last = (key, now, verdict)
         return verdict

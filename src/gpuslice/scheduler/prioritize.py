@@ -4,8 +4,9 @@ Owns: the prioritize reply (every offered node once, in request order; 0 where t
 fit, which the filter has already refused).
 Does not: decide fit (filter.py's Evaluator, whose result for the same pod is reused) or choose
 GPUs (bind.py).
-Invariants: scores are the allocator's (ClusterState.prioritize: the node policy applied to how
-full the node will be with the pod), so prioritize and `gpuslice simulate` agree.
+Invariants: scores are the allocator's (ClusterState.prioritize, or the same scores kept with the
+filter's result: the node policy applied to how full the node will be with the pod), so
+prioritize and `gpuslice simulate` agree.
 Tests: tests/unit/scheduler/test_prioritize.py
 """
 
@@ -18,8 +19,12 @@ __all__ = ["prioritize_reply"]
 
 
 def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str]) -> list[wire.HostPriority]:
-    # the names offered are usually exactly the filter's fits: score those, skip the subset
-    fits = v.fits if len(names) * 2 >= len(v.fits) else {n: v.fits[n] for n in names
-                                                          if n in v.fits}
-    scores = ev.state.cluster.prioritize(v.pod, ev.policy, fits) if fits else {}
+    fits = v.fits
+    scores = v.scores() if v.scores is not None else None  # kept with the filter's result
+    if scores is None:
+        if len(names) * 2 < len(fits):  # a few of the fits offered: score only those
+            fits = {n: fits[n] for n in names if n in fits}
+        scores = ev.state.cluster.prioritize(v.pod, ev.policy, fits) if fits else {}
+    elif not all(map(fits.__contains__, names)):  # `scores` may cover more nodes than `fits`
+        scores = {n: scores[n] for n in names if n in fits}
     return list(map(wire.HostPriority, names, map(scores.get, names, [0] * len(names))))
