@@ -105,6 +105,28 @@ class _Restart(Exception):
         self.delivered = delivered
 
 
+async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The non-blank lines of a stream as bytes, however the chunks cut them (an event of a
+    few MiB spans many): msgspec decodes bytes directly, without a text decoder per chunk."""
+    parts: list[bytes] = []
+    async for chunk in chunks:
+        if b"\n" not in chunk:
+            parts.append(chunk)
+            continue
+        *lines, rest = chunk.split(b"\n")
+        if parts:
+            lines[0] = b"".join((*parts, lines[0]))
+            parts.clear()
+        for line in lines:
+            if line.strip():
+                yield line
+        if rest:
+            parts.append(rest)
+    tail = b"".join(parts)
+    if tail.strip():
+        yield tail
+
+
 class Informer(Generic[T]):
     """List+watch one resource into `store`; see the module docstring for the guarantees.
 
@@ -268,9 +290,8 @@ class Informer(Generic[T]):
                 if response.status_code >= 400:
                     await response.aread()
                     generic.raise_for_status(response)
-                async for line in response.aiter_lines():
-                    if line.strip():
-                        yield msgspec.json.decode(line)
+                async for line in _lines(response.aiter_bytes()):
+                    yield msgspec.json.decode(line)
             finally:
                 await response.aclose()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from kube_helpers import (
@@ -65,6 +66,16 @@ async def test_a_bookmark_moves_the_resume_point_without_a_change():
     _informer, seen = await run_informer(api)
     assert len(seen) == 2
     assert api.watch_versions == ["10", "40", "40"], "the next watch resumes at the bookmark"
+
+
+async def test_events_cut_anywhere_by_the_streams_chunks_are_read_whole():
+    text = b"".join(json.dumps(e).encode() + b"\n" for e in (
+        event("MODIFIED", pod("a", 11)), event("ADDED", pod("c" * 300, 12)))) + b"\n  \n"
+    chunks = [text[i:i + 7] for i in range(0, len(text), 7)]  # no chunk holds a whole line
+    api = ScriptedAPI(lists=[([pod("a", 3)], 10)], watches=[chunks])
+    _informer, seen = await run_informer(api)
+    assert changes_of(seen) == [("ADDED", "ml/a", "3"), ("MODIFIED", "ml/a", "11"),
+                                ("ADDED", "ml/" + "c" * 300, "12")], "blank lines are skipped"
 
 
 async def test_duplicate_and_reordered_events_never_move_the_view_backwards():
