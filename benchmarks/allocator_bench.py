@@ -7,10 +7,13 @@ filter+prioritize of several pod shapes (small, large-memory, multi-GPU, typed, 
 percent, multi-container) over all nodes with time.perf_counter_ns.
 One untimed warm-up call per shape comes first (the first filter after the node set changes
 builds the NodeTable, O(nodes x GPUs); reported as first_call_ms, as is the table build).
+The state keeps every-node results and scores per pod shape (allocator/reuse.py), and the
+same pods are asked again with nothing changed, so the rounds time that kept path (scores from
+FilterResult.scores, as the extender reads them); `--no-reuse` decides every node on every call.
 `--naive N` also times N rounds of a per-GPU scan of every node (fit.place / explain) for the
 ratio. Prints a table, or with --json one JSON object.
 Usage: python benchmarks/allocator_bench.py [--json] [--nodes 5000 --gpus 8 --slices 40000
-       --repeat 30 --policy binpack --naive 2]
+       --repeat 30 --policy binpack --naive 2 --no-reuse]
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ node summaries too). `p99_single_container_ms` keeps the earlier single-containe
 MODELS = (("NVIDIA H100 80GB HBM3", 81920), ("NVIDIA L40S", 49152), ("NVIDIA A10", 24576))
 
 
-def build(nodes: int, gpus: int, slices: int, seed: int) -> tuple[ClusterState, float]:
+def build(nodes: int, gpus: int, slices: int, seed: int,
+          reuse: bool = True) -> tuple[ClusterState, float]:
     rng = random.Random(seed)
-    st = ClusterState()
+    st = ClusterState(reuse=reuse)
     invs = []
     for n in range(nodes):
         model, mem = MODELS[n % len(MODELS)]
@@ -118,6 +122,8 @@ def main() -> int:
     ap.add_argument("--policy", default="binpack")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--naive", type=int, default=0, help="rounds of the per-GPU scan baseline")
+    ap.add_argument("--no-reuse", action="store_true",
+                    help="decide every node on every call (nothing kept per pod shape)")
     ap.add_argument("--no-gc-freeze", action="store_true",
                     help="leave the built cluster to the cyclic GC (default: gc.freeze() it)")
     ap.add_argument("--json", action="store_true")
@@ -125,7 +131,7 @@ def main() -> int:
     if a.slices > a.nodes * a.gpus * 6:
         ap.error(f"--slices={a.slices}: too many for {a.nodes}x{a.gpus} GPUs; lower it")
     policy = parse_policy(a.policy)
-    st, build_s = build(a.nodes, a.gpus, a.slices, a.seed)
+    st, build_s = build(a.nodes, a.gpus, a.slices, a.seed, reuse=not a.no_reuse)
     if not a.no_gc_freeze:  # what a long-running extender does after its initial list
         gc.collect()
         gc.freeze()
@@ -141,7 +147,8 @@ def main() -> int:
         for k, pod in shapes.items():
             t0 = time.perf_counter_ns()
             fr = st.filter(pod, policy)
-            st.prioritize(pod, policy, fr.fits)
+            if (fr.scores() if fr.scores is not None else None) is None:
+                st.prioritize(pod, policy, fr.fits)
             times[k].append((time.perf_counter_ns() - t0) / 1e6)
             fits[k] = len(fr.fits)
             del fr  # freeing the previous result is not part of the next call
@@ -165,6 +172,7 @@ def main() -> int:
         "max_ms": round(max(every), 3), "p99_all_shapes_ms": round(pct(all_calls, 0.99), 3),
         "p99_single_container_ms": round(pct(single, 0.99), 3),
         "percentiles_over": list(TARGET), "gc_freeze": not a.no_gc_freeze,
+        "reuse": not a.no_reuse,
         "build_assign_s": round(build_s, 2),
         "python": platform.python_version(), "machine": platform.machine(),
         "shapes": {k: {"p50_ms": round(pct(v, 0.5), 3), "p99_ms": round(pct(v, 0.99), 3),
@@ -185,7 +193,8 @@ def main() -> int:
               f"{v['max_ms']:>8.2f} {v['first_call_ms']:>8.2f}"
               + (f" {v['naive_p50_ms']:>10.1f}" if a.naive else ""))
     print(f"{'target shapes':<16} {'':>9} {out['p50_ms']:>8.2f} {out['p99_ms']:>8.2f}"
-          f"   (mean {statistics.mean(every):.2f}; gc.freeze {out['gc_freeze']})")
+          f"   (mean {statistics.mean(every):.2f}; gc.freeze {out['gc_freeze']}; "
+          f"reuse {out['reuse']})")
     print(f"{'all shapes':<16} {'':>9} {pct(all_calls, 0.5):>8.2f} {pct(all_calls, 0.99):>8.2f}")
     return 0
 

@@ -77,6 +77,7 @@ class Evaluator:
         self._seen: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # uid -> pod, bounded
         self._devices: dict[str, tuple[handoff.DeviceRequest, ...]] = {}
         self._waits: dict[tuple[str, str, int], Refusal] = {}  # see _waiting_for
+        self._all_fit: tuple[Verdict, list[str]] | None = None  # see all_fit
 
     def ours(self, pod: Mapping[str, Any]) -> bool:
         """Whether the pod is scheduled by our profile (else the extender has no opinion)."""
@@ -110,10 +111,13 @@ class Evaluator:
         key = (meta.get("uid"), meta.get("resourceVersion"), self.state.generation)
         now = time.monotonic()
         last = self._last
-        if last is not None and last[0] == key and now - last[1] < _CACHE_S and (
-                all(map(last[2].fits.__contains__, names))  # prioritize: the names that passed
-                or all(n in last[2].fits or n in last[2].failed for n in names)):
-            return last[2]
+        if last is not None and last[0] == key and now - last[1] < _CACHE_S:
+            v = last[2]
+            if all(map(v.fits.__contains__, names)):  # prioritize: the names that passed
+                self._all_fit = (v, names)
+                return v
+            if all(n in v.fits or n in v.failed for n in names):
+                return v
         req = self.request(pod)
         cluster = self.state.cluster
         if len(names) * 2 >= self.state.node_count():  # most nodes: the column path
@@ -129,6 +133,12 @@ class Evaluator:
         self._hand_off(pod, verdict, cached=True)
         self._last = (key, now, verdict)
         return verdict
+
+    def all_fit(self, v: Verdict, names: list[str]) -> bool:
+        """Whether every name is in `v.fits` (known at once when `cached` just tested it)."""
+        done = self._all_fit
+        return (done is not None and done[0] is v and done[1] is names) or all(
+            map(v.fits.__contains__, names))
 
     def _device_requests(self, pod: Mapping[str, Any]) -> tuple[handoff.DeviceRequest, ...]:
         """handoff.device_requests, once per pod (a pod's containers never change)."""

@@ -25,6 +25,6 @@ def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str]) -> list[wire.H
         if len(names) * 2 < len(fits):  # a few of the fits offered: score only those
             fits = {n: fits[n] for n in names if n in fits}
         scores = ev.state.cluster.prioritize(v.pod, ev.policy, fits) if fits else {}
-    elif not all(map(fits.__contains__, names)):  # `scores` may cover more nodes than `fits`
+    elif not ev.all_fit(v, names):  # `scores` may cover more nodes than `fits`
         scores = {n: scores[n] for n in names if n in fits}
     return list(map(wire.HostPriority, names, map(scores.get, names, [0] * len(names))))
