@@ -161,7 +161,8 @@ class ApiApp:
 
     async def _faults(self, request: web.Request, t: Target, watch: bool) -> None:
         delay = self.faults.latency(request.method, t.rt.plural)
-        if delay:
+        if delay:  # a slow server: the request has arrived whole and is handled late, even
+            await request.read()  # if its client has given up by then (aiohttp keeps it)
             await asyncio.sleep(delay)
         failure = self.faults.take_failure(request.method, t.rt.plural, t.name, t.subresource,
                                            watch)

@@ -51,8 +51,8 @@ class Running:
     """An Extender served on 127.0.0.1 and an HTTP session to call its verbs as the scheduler."""
 
     def __init__(self, kube_api: Any, clock: Callable[[], float] = time.time,
-                 **overrides: Any) -> None:
-        self.client = kube_api.async_client()
+                 client: AsyncClient | None = None, **overrides: Any) -> None:
+        self.client = client or kube_api.async_client()
         self.ext = Extender(config(**overrides), self.client, clock=clock)
         self.http: aiohttp.ClientSession | None = None
 

@@ -1,9 +1,11 @@
-"""bind against a flaky API server: a 409 or an error on the assignment patch or the Binding is
-retried with a fresh read; when binding fails for good the assignment is removed again, the
-slices are released and the pod gets a BindFailed event. Never a half-written assignment."""
+"""bind against a flaky API server: a 409 or an error on the Binding (which carries the
+assignment) is retried with a fresh read; a Binding whose answer was lost is recognised; when
+binding fails for good the slices are released and the pod gets a BindFailed event. Never a
+half-written assignment."""
 
 from __future__ import annotations
 
+import httpx2
 import pytest
 from lightkube.resources.core_v1 import Event
 from sched_helpers import Running, create, node_obj, pod_obj, wait_for
@@ -96,3 +98,21 @@ async def test_bind_starts_from_the_filters_copy_when_the_watch_lags(kube_api):
         assert reply == {"Error": ""}, "no read needed: the filter carried the whole pod"
         faults.reset()
         assert (await ext.pod("p"))["spec"]["nodeName"] == "gpu-1"
+
+
+async def test_a_binding_whose_answer_is_lost_is_recognised_and_its_gpus_stay_held(kube_api):
+    faults = kube_api.need_faults()
+    await create(kube_api.async_client(), node_obj("gpu-1"))
+    impatient = kube_api.async_client(timeout=httpx2.Timeout(0.4))
+    async with Running(kube_api, client=impatient) as ext:
+        await placed(ext, "p")
+        ext.ext.pods.stop()  # no watch event will confirm the bind: only bind's own hold counts
+        faults.add_latency(0.6, method="POST", resource="pods")  # lands after the client gave up
+        assert await ext.bind("p", "gpu-1") == "", "the pod did get bound: say so"
+        faults.reset()
+        pod = await ext.pod("p")
+        assert pod["spec"]["nodeName"] == "gpu-1"
+        written = codec.decode_assignment(pod["metadata"]["annotations"][
+            codec.ASSIGNMENT_ANNOTATION])
+        assert ext.ext.state.held("default/p") == written, \
+            "the GPUs the bound pod carries stay held, with no gap for another pod to take them"
