@@ -370,7 +370,7 @@ class Informer(Generic[T]):
             return
         try:
             result = self.handler(change)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 await result
         except Exception:
             log.exception("handler of %s failed on %s %s", self.name, change.type, change.key)
