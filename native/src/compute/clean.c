@@ -50,6 +50,7 @@ static struct gs_clean_entry *gs_clean_find(struct gs_clean *c, uint64_t key, in
 int64_t gs_clean_charge(struct gs_clean *c, uint64_t key, uint32_t n, int64_t span_ns,
                         int64_t now)
 {
+    c->usable = 0;
     if (key == 0 || n == 0 || span_ns <= 0)
         return span_ns;
     struct gs_clean_entry *e = gs_clean_find(c, key, now);
@@ -75,6 +76,8 @@ int64_t gs_clean_charge(struct gs_clean *c, uint64_t key, uint32_t n, int64_t sp
     e->n_cur++;
     e->clean_cur += (uint32_t)clean;
     if (clean) {
+        uint32_t n_all = e->n_cur + e->n_prev, n_clean = e->clean_cur + e->clean_prev;
+        c->usable = n_all >= GS_CLEAN_MIN_SAMPLES && n_clean * 100 >= n_all * GS_CLEAN_STABLE_PCT;
         int64_t d = per > e->mean ? per - e->mean : e->mean - per;
         e->dev = e->mean == 0 || lo == GS_CLEAN_NONE ? 0 : (3 * e->dev + d) / 4;
         e->mean = e->mean == 0 || lo == GS_CLEAN_NONE ? per : (7 * e->mean + per) / 8;
@@ -83,6 +86,7 @@ int64_t gs_clean_charge(struct gs_clean *c, uint64_t key, uint32_t n, int64_t sp
     }
     uint32_t n_all = e->n_cur + e->n_prev, n_clean = e->clean_cur + e->clean_prev;
     int stable = n_all >= GS_CLEAN_MIN_SAMPLES && n_clean * 100 >= n_all * GS_CLEAN_STABLE_PCT;
+    c->usable = stable;
     if (!c->others || !stable || e->mean == 0 || now - e->last_clean > GS_CLEAN_FRESH_NS)
         return span_ns;
     /* interruptions pick the longer batches, so clean ones are a little short: one deviation

@@ -45,6 +45,7 @@ struct gs_clean {
     uint64_t others_seen;               /* their published total at the last update */
     int others_valid;
     uint64_t corrected_ns;              /* total removed from charges */
+    int usable;                         /* the last charged batch's key is stable (correctable) */
 };
 
 /* Launch key of a kernel (function + dims) or a graph exec; never 0. */

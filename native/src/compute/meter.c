@@ -119,8 +119,12 @@ static void gs_meter_account(struct gs_meter *m, struct gs_batch *b, int64_t now
     m->batches++;
     uint32_t k = b->launches[0], g = b->launches[1], n = b->covered;
     int64_t span = te - ts, charge = span;
-    if (n > 0 && !b->covered_mixed && b->key != 0) /* take other contexts' slices out */
+    int usable = 0;
+    if (n > 0 && !b->covered_mixed && b->key != 0) { /* take other contexts' slices out */
         charge = gs_clean_charge(&m->clean, b->key, n, span, now);
+        usable = m->clean.usable;
+    }
+    m->correctable += (usable ? 32 : 0) - m->correctable / 8; /* EMA, 256 = always */
     int64_t busy = gs_spans_add(m->spans, &m->n_spans, ts, te) - (span - charge);
     if (busy < 0)
         busy = 0;
@@ -190,9 +194,11 @@ int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
     int64_t inflight = m->inflight_ns + m->peers_inflight_ns;
     int64_t wait = gs_budget_wait_ns(m->dev, m->pct, now, inflight);
     if (wait > 0) { /* held back: sleep until a quantum more has accrued (re-planned each call) */
-        int64_t quantum = GS_BUDGET_WINDOW_NS * m->pct / 100 / 5;
-        if (quantum > GS_METER_QUANTUM_NS)
-            quantum = GS_METER_QUANTUM_NS;
+        int shared = m->clean.others && m->correctable >= 192;
+        int64_t quantum = GS_BUDGET_WINDOW_NS * m->pct / 100 / (shared ? 2 : 5);
+        int64_t qmax = shared ? GS_METER_QUANTUM_SHARED_NS : GS_METER_QUANTUM_NS;
+        if (quantum > qmax)
+            quantum = qmax;
         if (gs_meter_ahead(m, now))
             quantum *= 2;
         m->held_until = now + gs_budget_wait_ns(m->dev, m->pct, now, inflight + quantum);
