@@ -6,8 +6,9 @@ Does not: decide fit or score (fit.py and score.py do, for the changed nodes onl
 usage (state.py calls `changed` on every node it rebuilds or removes).
 Invariants: a refreshed entry equals filtering and scoring every node afresh: the same nodes
 fit, in node-name order, with the same placements, reasons and scores (property-tested). Pods
-of one shape differ only in namespace, name and uid, which no decision reads. Past a quarter
-of the nodes changed (or a log overflow), an entry is recomputed whole instead of patched.
+of one shape differ only in namespace, name and uid, which no decision reads. Past a tenth
+of the nodes changed (or a log overflow), an entry is recomputed whole instead of patched
+(deciding one node by name costs about ten times its share of the column pass).
 Tests: tests/unit/allocator/test_reuse_properties.py
 """
 
@@ -97,7 +98,7 @@ class Reuse:
         start = e.pos - self._base
         if start == len(self._log):
             return
-        if start < 0 or (len(self._log) - start) * 4 > max(len(snaps), 64):
+        if start < 0 or (len(self._log) - start) * 10 > max(len(snaps), 64):
             fr = bulk(e.ctx)
             e.fits, e.failed, e.scores = fr.fits, fr.failed, None
             e.pos = self._pos()
