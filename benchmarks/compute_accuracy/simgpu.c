@@ -576,6 +576,7 @@ int64_t gs_sim_sizes(int which)
     case 1: return (int64_t)sizeof(struct gs_sim_result);
 #ifdef GS_METER_HAS_KEYS
     case 2: return (int64_t)sizeof(struct gs_clean); /* for direct tests of clean.c */
+    case 3: return (int64_t)sizeof(struct gs_meter);  /* for direct tests of meter.c */
 #endif
     default: return -1;
     }

@@ -75,18 +75,16 @@ int64_t gs_clean_charge(struct gs_clean *c, uint64_t key, uint32_t n, int64_t sp
         e->min_cur = per;
     e->n_cur++;
     e->clean_cur += (uint32_t)clean;
+    uint32_t n_all = e->n_cur + e->n_prev, n_clean = e->clean_cur + e->clean_prev;
+    int stable = n_all >= GS_CLEAN_MIN_SAMPLES && n_clean * 100 >= n_all * GS_CLEAN_STABLE_PCT;
+    c->usable = stable;
     if (clean) {
-        uint32_t n_all = e->n_cur + e->n_prev, n_clean = e->clean_cur + e->clean_prev;
-        c->usable = n_all >= GS_CLEAN_MIN_SAMPLES && n_clean * 100 >= n_all * GS_CLEAN_STABLE_PCT;
         int64_t d = per > e->mean ? per - e->mean : e->mean - per;
         e->dev = e->mean == 0 || lo == GS_CLEAN_NONE ? 0 : (3 * e->dev + d) / 4;
         e->mean = e->mean == 0 || lo == GS_CLEAN_NONE ? per : (7 * e->mean + per) / 8;
         e->last_clean = now;
         return span_ns;
     }
-    uint32_t n_all = e->n_cur + e->n_prev, n_clean = e->clean_cur + e->clean_prev;
-    int stable = n_all >= GS_CLEAN_MIN_SAMPLES && n_clean * 100 >= n_all * GS_CLEAN_STABLE_PCT;
-    c->usable = stable;
     if (!c->others || !stable || e->mean == 0 || now - e->last_clean > GS_CLEAN_FRESH_NS)
         return span_ns;
     /* interruptions pick the longer batches, so clean ones are a little short: one deviation

@@ -190,8 +190,11 @@ int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
         return GS_METER_POLL_NS; /* GPU far behind, or cost still unknown: measure first */
     if (m->borrowing)
         return m->inflight_ns > GS_METER_BORROW_INFLIGHT_NS ? GS_METER_POLL_NS : 0;
-    /* the bucket is the container's: the work its other processes have in flight is owed too */
-    int64_t inflight = m->inflight_ns + m->peers_inflight_ns;
+    /* the bucket is the container's: the work its other processes have in flight is owed too.
+     * Any tenant can write the board, so a "peer" counts for at most half the bucket: a forged
+     * slot shrinks our burst, never our rate, and never blocks us */
+    int64_t peers = m->peers_inflight_ns, most = GS_BUDGET_WINDOW_NS * m->pct / 100 / 2;
+    int64_t inflight = m->inflight_ns + (peers < most ? peers : most);
     int64_t wait = gs_budget_wait_ns(m->dev, m->pct, now, inflight);
     if (wait > 0) { /* held back: sleep until a quantum more has accrued (re-planned each call) */
         int shared = m->clean.others && m->correctable >= 192;
