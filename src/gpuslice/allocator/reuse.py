@@ -44,7 +44,7 @@ class _Entry:
         self.ctx, self.node, self.pos = ctx, node, pos
         self.fits: dict[str, Placement] = fr.fits
         self.failed: dict[str, Rejection] = fr.failed
-        self.scores: dict[str, int] | None = None  # computed on the first prioritize
+        self.scores: dict[str, int] | None = None  # computed on first use (Reuse._scored)
 
 
 class Reuse:

@@ -12,7 +12,8 @@ prepared pods (fit.prepare, pure) are reused per shape, at most _PREPARED kept; 
 shape and only the nodes changed since are decided again (reuse.py).
 Failure: `assign` raises AllocationError listing every problem and leaves the state as it was.
 Health is not checked on assign (a GPU may turn unhealthy under running pods).
-Tests: tests/unit/allocator/test_state.py, test_fit_properties.py, test_search_properties.py
+Tests: tests/unit/allocator/test_state.py, test_fit_properties.py, test_search_properties.py,
+test_reuse_properties.py
 """
 
 from __future__ import annotations
