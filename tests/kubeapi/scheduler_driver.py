@@ -103,6 +103,7 @@ class SchedulerDriver:
         self._placed: dict[str, tuple[str, dict[str, float]]] = {}  # key -> (node, requests)
         self._used: dict[str, dict[str, float]] = {}  # node -> requests of pods placed there
         self._allocatable: dict[str, dict[str, float]] = {}  # node -> allocatable, parsed
+        self._plain: set[str] = set()  # nodes neither unschedulable nor tainted
         self._queue = SchedulingQueue(config.initial_backoff, config.max_backoff,
                                       config.unschedulable_timeout)
         self._wake = asyncio.Event()
@@ -194,15 +195,18 @@ class SchedulerDriver:
 
     def _on_node(self, kind: str, nodes: list[Obj]) -> None:
         if kind == "SYNC":
-            self.nodes, self._allocatable = {}, {}
+            self.nodes, self._allocatable, self._plain = {}, {}, set()
         for node in nodes:
             name = node["metadata"]["name"]
+            self._plain.discard(name)
             if kind == "DELETED":
                 self.nodes.pop(name, None)
                 self._allocatable.pop(name, None)
             else:
                 self.nodes[name] = node
                 self._allocatable[name] = filters.node_allocatable(node)
+                if filters.is_plain(node):
+                    self._plain.add(name)
         self._cluster_changed()
 
     def _on_pod(self, kind: str, pods: list[Obj]) -> None:
@@ -320,6 +324,7 @@ class SchedulerDriver:
                                                                  set[str]]:
         ignored = {n for n, skip in self.config.managed_resources.items() if skip}
         requests = filters.fit_requests(filters.pod_requests(pod), ignored)
+        selector = bool((pod.get("spec") or {}).get("nodeSelector"))
         want = filters.nodes_to_find(len(names), self.config.percentage_of_nodes_to_score)
         feasible: list[str] = []
         reasons: dict[str, str] = {}
@@ -330,8 +335,10 @@ class SchedulerDriver:
                 break
             name = names[(start + i) % len(names)]
             checked += 1
-            why = filters.node_reasons(pod, self.nodes[name], requests,
-                                       self._allocatable[name], self._used.get(name, {}))
+            why = filters.resource_reasons(requests, self._allocatable[name],
+                                           self._used.get(name, {}))
+            if selector or name not in self._plain:
+                why = filters.placement_reasons(pod, self.nodes[name]) + why
             if why:
                 reasons[name] = why[0]
             else:

@@ -64,12 +64,12 @@ class ExtenderClient:
     async def prioritize(self, verb: str, pod: Obj, names: list[str],
                          nodes: Mapping[str, Obj]) -> dict[str, int]:
         reply = await self._post(verb, self.args(pod, names, nodes))
-        scores: dict[str, int] = {}
-        for item in reply if isinstance(reply, list) else []:
-            if not (isinstance(item, dict) and item.keys() == {"Host", "Score"}):
-                item = {k.capitalize(): v for k, v in _fold_keys(item).items()}
-            scores[str(item.get("Host"))] = int(item.get("Score") or 0)
-        return scores
+        items = reply if isinstance(reply, list) else []
+        try:  # Go's own key spelling, as extenders answer
+            return {str(item["Host"]): int(item["Score"] or 0) for item in items}
+        except (KeyError, TypeError):
+            folded = [_fold_keys(item) for item in items]
+            return {str(item.get("host")): int(item.get("score") or 0) for item in folded}
 
     async def bind(self, verb: str, pod: Obj, node: str) -> None:
         meta = pod["metadata"]

@@ -74,9 +74,15 @@ def node_reasons(pod: Obj, node: Obj, requests: Mapping[str, float],
                  allocatable: Mapping[str, float], used: Mapping[str, float]) -> list[str]:
     """Why `pod` (asking for `requests`, see fit_requests) cannot go to `node` (`allocatable`
     from node_allocatable, `used` by pods there) by the scheduler's own filters ([] = fits)."""
+    return placement_reasons(pod, node) + resource_reasons(requests, allocatable, used)
+
+
+def placement_reasons(pod: Obj, node: Obj) -> list[str]:
+    """NodeUnschedulable, NodeAffinity (nodeSelector) and TaintToleration: nothing to say
+    unless the pod has a nodeSelector or the node is unschedulable or tainted (is_plain)."""
     spec, node_spec = pod.get("spec") or {}, node.get("spec") or {}
     reasons: list[str] = []
-    if node_spec and node_spec.get("unschedulable") and not _tolerates(spec, {
+    if node_spec.get("unschedulable") and not _tolerates(spec, {
             "key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}):
         reasons.append(UNSCHEDULABLE)
     selector = spec.get("nodeSelector")
@@ -89,10 +95,21 @@ def node_reasons(pod: Obj, node: Obj, requests: Mapping[str, float],
             reasons.append(f"node(s) had untolerated taint {{{taint.get('key')}: "
                            f"{taint.get('value', '')}}}")
             break
-    for name, want in requests.items():
-        if want > allocatable.get(name, 0) - used.get(name, 0):
-            reasons.append("Too many pods" if name == "pods" else f"Insufficient {name}")
     return reasons
+
+
+def is_plain(node: Obj) -> bool:
+    """Neither unschedulable nor tainted: placement_reasons only matter with a nodeSelector."""
+    node_spec = node.get("spec") or {}
+    return not node_spec.get("unschedulable") and not node_spec.get("taints")
+
+
+def resource_reasons(requests: Mapping[str, float], allocatable: Mapping[str, float],
+                     used: Mapping[str, float]) -> list[str]:
+    """NodeResourcesFit: each of `requests` (fit_requests) against allocatable minus used."""
+    return ["Too many pods" if name == "pods" else f"Insufficient {name}"
+            for name, want in requests.items()
+            if want > allocatable.get(name, 0) - used.get(name, 0)]
 
 
 def _tolerates(spec: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
