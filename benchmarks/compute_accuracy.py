@@ -1,12 +1,16 @@
 """Compute-share accuracy of libgpuslice: achieved throughput / unlimited throughput per limit.
 Owns: the --simulate benchmark (the library's own controller C + a fake GPU timeline, see
-compute_accuracy/simgpu.c) and the real-GPU benchmark (PyTorch workers under LD_PRELOAD, and
-the same workloads under MPS for comparison). One JSON object per case with --json.
+compute_accuracy/simgpu.c) and the real-GPU benchmark (PyTorch workers under LD_PRELOAD; the
+same workloads with no limit and under MPS for comparison): solo limits, a 30/70 pair, three
+tenants 20/30/50, two processes of one container, the work-conserving step response, tail
+latency. Prints one table (a row per cell, a column per backend); one JSON object per case with
+--json.
 Does not: build the library for the GPU run (run `make -C native` first) or assert targets
 (it reports; tests/native/compute/ and docs/compute.md judge).
 Failure: a worker that fails is reported as {"error": ...} for its cases; MPS is always stopped.
 Usage: python benchmarks/compute_accuracy.py --simulate [--json]
-       PYTHONPATH=src python3 benchmarks/compute_accuracy.py --json --out DIR   (on a GPU)"""
+       python3 benchmarks/compute_accuracy.py --out DIR [--before-lib OLD.so] [--no-mps]
+           [--scenarios solo,...] [--limits 10,30,50,70]   (on a GPU, after make -C native)"""
 
 from __future__ import annotations
 

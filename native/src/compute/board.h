@@ -3,12 +3,15 @@
  * process that has a compute limit) and the claim / heartbeat / read protocol on it.
  * A slot's heartbeat is refreshed (at most every GS_BOARD_BEAT_NS) while its process
  * launches or waits to launch; "another tenant has work" = a slot of another tenant_id
- * with a heartbeat younger than GS_BOARD_FRESH_NS. A slot also publishes its process's charged
- * GPU ns (compute/clean.h bounds its time-slice correction by what the others used). Stale slots (GS_BOARD_STALE_NS) are
+ * with a heartbeat younger than GS_BOARD_FRESH_NS; a slot of the same tenant_id but another
+ * owner is a "peer" (another process of this container). A slot also publishes its process's
+ * charged GPU ns (compute/clean.h bounds its time-slice correction by what the others used) and
+ * its in-flight estimate (peers admit against their sum). Stale slots (GS_BOARD_STALE_NS) are
  * taken over by CAS, so dead processes (any pid namespace) vanish without cleanup; so are slots
  * whose heartbeat lies in the future (another boot's or clock's), which never count as demand.
  * Does not: open files (board_file.c) or decide borrowing (budget.c). Pure given `now`.
- * Tests: tests/native/compute/test_controller.py (work-conserving cases). */
+ * Tests: tests/native/compute/test_controller.py (work-conserving cases, one container's
+ * processes), test_forged_peers.py (a forged peer slot). */
 #ifndef GS_COMPUTE_BOARD_H
 #define GS_COMPUTE_BOARD_H
 

@@ -2,11 +2,13 @@
  * Owns: batches (one start/end event pair per run of launches on a stream, closed by
  * estimated size, age, or when the stream was seen idle), the pending queue, the per-launch
  * cost estimate (pre-debited while work is in flight), the union of busy spans (overlapping
- * streams of one process are counted once), the work-conserving board decision.
+ * streams of one process are counted once), the work-conserving board decision, the wake-up
+ * quantum (larger next to other contexts) and the fairness between one container's processes.
  * Does not: call CUDA (events go through gs_meter_ops), sleep, lock (launch.c holds a mutex).
  * Pure and deterministic given the ops and `now`; the simulator drives it with a fake GPU.
  * Failure: an ops error drops that batch (under-counts, never blocks); see docs/compute.md.
- * Tests: tests/native/compute/test_controller.py, test_spans.py. */
+ * Tests: tests/native/compute/test_controller.py, test_spans.py, test_clean.py,
+ * test_forged_peers.py. */
 #ifndef GS_COMPUTE_METER_H
 #define GS_COMPUTE_METER_H
 
