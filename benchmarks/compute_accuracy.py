@@ -181,6 +181,21 @@ def reach_ms(shares: list[float], bin_ms: float, target: float) -> float | None:
     return None
 
 
+def step_summary(share: list[float], low: list[float], at: int) -> dict:
+    """The step response from 10 ms bins: `share` = the arrival's throughput from its arrival,
+    `low` = the borrower's from the start, `at` = the arrival's bin in `low`."""
+    alone, after = low[10:at], low[at + 10 :]  # skip each side's first 100 ms
+    return {
+        "achieved": round(sum(share[10:]) / len(share[10:]), 4),
+        "reach_ms": reach_ms(share, 10, 0.70),
+        "reach_steady_ms": reach_ms(share, 10, sum(share[50:]) / len(share[50:])),
+        "first_100ms": [round(x, 2) for x in share[:10]],
+        "borrower_alone": round(sum(alone) / len(alone), 4),
+        "borrower_first_50ms": [round(x, 2) for x in low[at : at + 5]],
+        "borrower_after": round(sum(after) / len(after), 4),
+    }
+
+
 def simulate_step(sim, lat: int) -> list[dict]:
     """Work-conserving step response: a low-priority 30 % tenant borrows the idle GPU, a
     high-priority hard 70 % tenant arrives at 1.5 s; 10 ms bins of the arrival's throughput."""
@@ -198,23 +213,12 @@ def simulate_step(sim, lat: int) -> list[dict]:
             sim.Proc(limit=70, tenant=1, priority=0, start_ns=arrive, **kw),
         ],
     )
-    low, high = sim.run(case)
+    low, high = (
+        [b / bin_ns / rate for b in r["bins"][:-1]] for r in sim.run(case)
+    )  # the last bin may be partial
     at = (arrive - case.warmup_ns) // bin_ns
-    share = [b / bin_ns / rate for b in high["bins"][at:]]
-    borrowed = [b / bin_ns / rate for b in low["bins"][:at]]
-    return [
-        {
-            "mode": "simulate",
-            "scenario": STEP_SCENARIO,
-            "workload": "small",
-            "limit": 70,
-            "achieved": round(sum(share[10:]) / len(share[10:]), 4),
-            "reach_ms": reach_ms(share, 10, 0.70),
-            "reach_steady_ms": reach_ms(share, 10, sum(share[50:]) / len(share[50:])),
-            "first_100ms": [round(x, 2) for x in share[:10]],
-            "borrower_alone": round(sum(borrowed) / len(borrowed), 4),
-        }
-    ]
+    case = {"mode": "simulate", "scenario": STEP_SCENARIO, "workload": "small", "limit": 70}
+    return [case | step_summary(high[at:], low, at)]
 
 
 # ---------------------------------------------------------------- GPU worker
@@ -595,22 +599,11 @@ def _step_cases(backend: str, results: list[dict], base: dict) -> list[dict]:
     if any("error" in r for r in [*results, base]):
         return [case | {"error": next(r["error"] for r in [*results, base] if "error" in r)}]
     per_bin = base["adds20"]["rate"] * 0.01  # unlimited iterations per 10 ms of the same loop
-    low, high = results[0]["stepA"]["bins_10ms"], results[1]["stepB"]["bins_10ms"]
-    share = [n / per_bin for n in high[:-1]]
-    at = int(STEP_ARRIVE_S * 100)
-    borrowed = [n / per_bin for n in low[10:at]]  # the borrower alone (after 100 ms)
-    return [
-        case
-        | {
-            "achieved": round(sum(share[10:]) / len(share[10:]), 4),
-            "reach_ms": reach_ms(share, 10, 0.70),
-            "reach_steady_ms": reach_ms(share, 10, sum(share[50:]) / len(share[50:])),
-            "first_100ms": [round(x, 2) for x in share[:10]],
-            "borrower_alone": round(sum(borrowed) / len(borrowed), 4),
-            "borrower_first_50ms": [round(n / per_bin, 2) for n in low[at : at + 5]],
-            "borrower_after": round(sum(low[at + 10 : -1]) / per_bin / len(low[at + 10 : -1]), 4),
-        }
-    ]
+    low, high = (
+        [n / per_bin for n in r[k]["bins_10ms"][:-1]]  # the last bin may be partial
+        for r, k in zip(results, ("stepA", "stepB"), strict=True)
+    )
+    return [case | step_summary(high, low, int(STEP_ARRIVE_S * 100))]
 
 
 def gpu(
