@@ -100,6 +100,15 @@ def node_status(gpus: int) -> dict[str, Any]:
         {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "emulated"}]}}
 
 
+async def add_nodes(client: AsyncClient, count: int, gpus: int) -> list[str]:
+    """The GPU nodes, registered and Ready, as their kubelets and node agents leave them."""
+    names = [f"gpu-{i:03d}" for i in range(count)]
+    for name in names:
+        await client.create(dict_view(Node)(node_body(name, gpus)))  # type: ignore[call-arg]
+        await client.patch(NodeStatus, name, node_status(gpus), patch_type=PatchType.MERGE)
+    return names
+
+
 def pod_body(name: str, limits: dict[str, str], webhook: bool) -> dict[str, Any]:
     pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": "default"}, "spec": {"containers": [
@@ -339,10 +348,7 @@ async def verb_cpu(a: argparse.Namespace) -> dict[str, Any]:
     procs = Processes(work, server.kubeconfig)
     client = AsyncClient(config=KubeConfig.from_file(server.kubeconfig))
     try:
-        names = [f"gpu-{i:03d}" for i in range(a.nodes)]
-        for name in names:
-            await client.create(dict_view(Node)(node_body(name, a.gpus)))  # type: ignore[call-arg]
-            await client.patch(NodeStatus, name, node_status(a.gpus), patch_type=PatchType.MERGE)
+        names = await add_nodes(client, a.nodes, a.gpus)
         procs.start_extender()
         url = f"http://127.0.0.1:{procs.extender_port}"
         await wait_http(f"{url}/readyz", "the extender")
@@ -403,10 +409,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     sched_proc = None
     children: list[Child] = []
     try:
-        for i in range(a.nodes):
-            name = f"gpu-{i:03d}"
-            await client.create(dict_view(Node)(node_body(name, a.gpus)))  # type: ignore[call-arg]
-            await client.patch(NodeStatus, name, node_status(a.gpus), patch_type=PatchType.MERGE)
+        await add_nodes(client, a.nodes, a.gpus)
         webhook = "not used (--no-webhook: pods created as the webhook leaves them)"
         if not a.no_webhook:
             url, ca = procs.start_webhook()

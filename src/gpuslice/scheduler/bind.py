@@ -13,7 +13,7 @@ for good the hold is dropped; nothing on the API needs undoing.
 Failure: returns the error text for the reply's `Error` (kube-scheduler retries the pod) and
 posts a Warning event `BindFailed` on the pod; never raises for API or pod problems.
 RBAC: get pods; create pods/binding; create, patch events.
-Tests: tests/integration/scheduler/test_bind_conflict_retries.py, tests/unit/scheduler/test_app.py
+Tests: tests/integration/scheduler/test_bind_conflict_retries.py (a lost answer, 409s, 5xx)
 """
 
 from __future__ import annotations
