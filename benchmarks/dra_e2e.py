@@ -203,8 +203,8 @@ def expected_limits(claim: dict[str, Any], devices: dict[tuple[str, str], dict[s
         published = device["capacity"]["memory"]["value"]
         mib = math.ceil(parse_quantity(consumed.get("memory", published)) / MiB)
         memory[gpu] = memory.get(gpu, 0) + mib
-        cores[gpu] = min(100, cores.get(gpu, 0) + math.ceil(parse_quantity(
-            consumed.get("cores", "100"))))
+        cores[gpu] = min(100, cores.get(gpu, 0) + (math.ceil(parse_quantity(
+            consumed.get("cores", "100"))) or 100))  # consumed none: no compute limit
     env = {"GPUSLICE_DEVICE_UUIDS": ",".join(memory),
            "CUDA_DEVICE_SM_LIMIT": str(max(cores.values()))}
     env.update({f"CUDA_DEVICE_MEMORY_LIMIT_{i}": f"{m}m" for i, m in enumerate(memory.values())})
@@ -298,8 +298,10 @@ async def bench(client: AsyncClient, args: argparse.Namespace, base: Path, *,
         "overcommitted_devices": len(over), "overcommitted_examples": over[:5],
         "cdi_specs_left_after_unprepare": len(left),
         "shares": sum(1 for c in allocated for r in results(c) if r.get("shareID")),
-        "whole_gpu_shares": sum(1 for c in allocated for r in results(c) if r.get("shareID") and
-                                r["consumedCapacity"].get("cores") == "100"),
+        # claims that name no cores consume none and run without a compute limit
+        "uncapped_compute_shares": sum(1 for c in allocated for r in results(c)
+                                       if r.get("shareID") and
+                                       r["consumedCapacity"].get("cores") == "0"),
         "exclusive_results": sum(1 for c in allocated for r in results(c)
                                  if not r.get("shareID")),
         "prepare_p50_ms": round(pct(prepare_ms, 0.50), 2) if prepare_ms else 0.0,

@@ -7,8 +7,9 @@ server with DRAConsumableCapacity off: neither = the whole device), memory round
 and checking each result against the devices this node publishes (slices.py's names and sizes).
 Does not: talk to the API (plugin.py fetches the claim) or write anything (cdi.py, regions).
 Invariants: the limits are `consumedCapacity` (what the scheduler counted), never the request;
-cores 100 = no compute limit; one region per claim, one cap per GPU (two shares of one claim on
-one GPU add up), sm_limit = the largest cores of its GPUs.
+cores 0 (the published default: the claim named none) and 100 = no compute limit; one region per
+claim, one cap per GPU (two shares of one claim on one GPU add up), sm_limit = the largest cores
+of its GPUs.
 Failure: DraError naming the claim, the device and what to do.
 Tests: tests/unit/dra/test_claims.py (golden: tests/golden/dra-samples/returned/)
 """
@@ -105,11 +106,12 @@ def _share(r: Mapping[str, Any], dev: NodeDevice, where: str) -> Share:
     elif consumed is not None:
         raise DraError(f"{where}: consumedCapacity is not a map; delete the pod and the claim so "
                        "that the scheduler allocates it again")
-    if not 0 < memory <= dev.memory_mib or not 0 < cores <= FULL_CORES:
+    if not 0 < memory <= dev.memory_mib or not 0 <= cores <= FULL_CORES:
         raise DraError(f"{where}: consumes {memory} MiB / {cores} cores of {dev.name}, which "
                        f"publishes {dev.memory_mib} MiB / {FULL_CORES}; the slice changed since "
                        "the scheduler allocated (memoryScaling or memoryStepMiB): delete the pod "
                        "and the claim so that it is allocated again")
+    cores = cores or FULL_CORES  # consumed none: no compute limit
     share_id = r.get("shareID")
     return Share(str(r.get("request", "")), dev.name, dev.uuid, dev.minor, memory, cores,
                  str(share_id) if share_id else None)

@@ -29,8 +29,11 @@ __all__ = ["API_VERSION", "DEFAULT_STEP_MIB", "build_slice", "cuda_semver", "dev
 API_VERSION = "resource.k8s.io/v1"
 DEFAULT_STEP_MIB = 256
 MiB = 1 << 20
+# A claim that names no cores consumes none and runs without a compute limit (as a slice
+# without gpucores does on the device-plugin path); memory's default is the whole GPU, so a claim
+# that names nothing still takes the whole GPU.
 CORES = {"value": "100", "requestPolicy": {
-    "default": "100", "validRange": {"min": "1", "max": "100", "step": "1"}}}
+    "default": "0", "validRange": {"min": "0", "max": "100", "step": "1"}}}
 
 
 def slice_name(node: str, driver: str = DRIVER) -> str:

@@ -40,8 +40,8 @@ async def test_every_allocated_claim_is_prepared_with_its_consumed_capacity(kube
     assert got["cdi_mismatches"] == 0, got["cdi_mismatch_examples"]
     assert got["overcommitted_devices"] == 0, got["overcommitted_examples"]
     assert got["cdi_specs_left_after_unprepare"] == 0 and not got["unprepare_errors"]
-    assert got["whole_gpu_shares"] > 0 and got["shares"] > got["whole_gpu_shares"], (
-        "both kinds of claim ran: shares and claims that name no capacity")
+    assert got["uncapped_compute_shares"] > 0 and got["shares"] > got["uncapped_compute_shares"], (
+        "both kinds of claim ran: shares with a compute cap and claims that name no cores")
     assert got["api_server"] == kube_api.backend and got["prepare_p99_ms"] > 0
 
 

@@ -57,7 +57,7 @@ def test_a_two_gpu_node_publishes_the_contracts_slice():
     assert first["capacity"]["memory"] == {"value": "81408Mi", "requestPolicy": {
         "default": "81408Mi", "validRange": {"min": "256Mi", "max": "81408Mi", "step": "256Mi"}}}
     assert first["capacity"]["cores"] == {"value": "100", "requestPolicy": {
-        "default": "100", "validRange": {"min": "1", "max": "100", "step": "1"}}}
+        "default": "0", "validRange": {"min": "0", "max": "100", "step": "1"}}}
 
 
 def test_every_field_name_is_one_the_real_server_took():
