@@ -1,8 +1,9 @@
 """Issue 12 on a real GPU, through benchmarks/compute_accuracy.py (the same workers as the
 benchmark): two PyTorch processes under one region at 50 % split it evenly and lose none of it
 (together they get what one process gets); next to a 70 % tenant, the 30 % side gets its
-share; graph replay and small kernels alone get their limit. Only cells that do not depend on the clock boost or on time-slicing losses (both
-measured and explained in docs/compute.md § Real GPU) are asserted. About 60 s of GPU time.
+share; graph replay and small kernels alone get their limit. Only cells that do not depend on
+the clock boost or on time-slicing losses (both measured and explained in docs/compute.md
+§ Real GPU) are asserted. About 60 s of GPU time.
 
 Run: `PYTHONPATH=src python3 -m pytest -m gpu tests/gpu/test_compute_share_on_a_gpu.py
 --confcutdir=tests/gpu -rA`."""
