@@ -76,7 +76,9 @@ class Evaluator:
         self._requests: dict[tuple[Any, Any], PodRequest] = {}
         self._seen: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # uid -> pod, bounded
         self._devices: dict[str, tuple[handoff.DeviceRequest, ...]] = {}
-        self._waits: dict[tuple[str, str, int], Refusal] = {}  # see _waiting_for
+        # node -> (its unstarted_by_first index, (first request, shape), the in-flight rule's
+        # answer): the index is replaced whenever a pod in flight there changes
+        self._blocked: dict[str, tuple[Mapping[Any, Any], tuple[Any, ...], Refusal | None]] = {}
         self._all_fit: tuple[Verdict, list[str]] | None = None  # see all_fit
 
     def ours(self, pod: Mapping[str, Any]) -> bool:
@@ -202,8 +204,12 @@ class Evaluator:
         same = (handoff.request_shape(requests, v.pod, fixed)  # type: ignore[arg-type]
                 if None not in fixed.values() else None)  # absolute memory: one shape anywhere
         by_size: dict[int, tuple[Any, ...]] = {}  # percent: the shape on nodes of one GPU size
+        mine = self.state.flight_node(v.pod.key)  # where the pod is in flight itself, if anywhere
+        if len(self._blocked) > 4 * self.state.node_count():
+            self._blocked.clear()
         for name in flying:
-            flights = self.state.unstarted_by_first(name).get(first)
+            by = self.state.unstarted_by_first(name)
+            flights = by.get(first)
             if not flights or all(f.shape == same for f in flights):
                 continue  # nothing there the node agent could confuse with this pod
             shape = same
@@ -215,23 +221,20 @@ class Evaluator:
                     shape = handoff.request_shape(requests, v.pod, _memory_per_gpu(v.pod, pl))
                     if size:
                         by_size[size] = shape
-            f = handoff.blocking_flight(requests, shape, flights, key=v.pod.key)
-            if f is not None:
+            memo = self._blocked.get(name)
+            if memo is not None and memo[0] is by and memo[1] == (first, shape) and name != mine:
+                refusal = memo[2]  # the same flights there, a pod asking the same
+            else:
+                f = handoff.blocking_flight(requests, shape, flights, key=v.pod.key)
+                refusal = None if f is None else Refusal(
+                    WAITING.format(f.key), False, f"its first device request "
+                    f"{f.pending[0].resource}={f.pending[0].quantity} looks the same to the "
+                    "node agent")
+                if name != mine:  # (the pod's own flight never blocks it: keyed by the pod)
+                    self._blocked[name] = (by, (first, shape), refusal)
+            if refusal is not None:
                 del fits[name]
-                v.failed[name] = self._waiting_for(f)
-
-    def _waiting_for(self, f: handoff.Flight) -> Refusal:
-        """The refusal for a node where `f` could be confused with the pod (one per flight)."""
-        r = f.pending[0]  # (a property, computed on each read)
-        key = (f.key, r.resource, r.quantity)
-        got = self._waits.get(key)
-        if got is None:
-            if len(self._waits) >= _REQUESTS:
-                self._waits.clear()
-            got = self._waits[key] = Refusal(WAITING.format(f.key), False,
-                                             f"its first device request {r.resource}="
-                                             f"{r.quantity} looks the same to the node agent")
-        return got
+                v.failed[name] = refusal
 
 
 def _memory_per_gpu(pod: PodRequest, pl: Placement) -> dict[str, int]:

@@ -245,6 +245,10 @@ class ExtenderState:
         self._unstarted[node] = (min((f.bound_at for f in flights), default=math.inf), by)
         return by
 
+    def flight_node(self, key: str) -> str | None:
+        """The node where pod `key` may be in flight (`flights` says whether it is, now)."""
+        return self._flies_on.get(key)
+
     def nodes_with_flights(self) -> list[str]:
         """Nodes that may have pods in flight (`flights` says which are, now)."""
         return [n for n, keys in self._node_flights.items() if keys]

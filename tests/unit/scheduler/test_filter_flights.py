@@ -1,0 +1,44 @@
+"""The in-flight rule's answers kept per node: reused for pods asking the same, dropped when a
+pod in flight there changes, never used for a node where the asking pod is in flight itself."""
+
+from __future__ import annotations
+
+from gpuslice.allocator import parse_policy
+from gpuslice.scheduler.filter import Evaluator, filter_reply
+from gpuslice.scheduler.state import ExtenderState
+
+from .objects import Clock, assigned, node, pod
+
+WAIT = "waiting for pod default/first to be allocated on this node"
+
+
+def evaluator(*pods: dict) -> Evaluator:
+    s = ExtenderState(timeout_s=30, clock=Clock())
+    for n in ("n1", "n2"):
+        s.on_node("ADDED", node(n))
+    for p in pods:
+        s.on_pod("ADDED", p)
+    return Evaluator(s, parse_policy("binpack"))
+
+
+def refused(ev: Evaluator, p: dict) -> dict[str, str]:
+    return filter_reply(ev.cached(p, ["n1", "n2"]), ["n1", "n2"]).FailedAndUnresolvableNodes
+
+
+def test_pods_asking_the_same_wait_alike_until_the_pod_in_flight_is_allocated():
+    first = assigned(pod("first", mem=4096), "n1", ["GPU-n1-0"])
+    ev = evaluator(first)
+    assert refused(ev, pod("second", mem=2048)) == {"n1": WAIT}
+    assert refused(ev, pod("third", mem=2048)) == {"n1": WAIT}, "the kept answer"
+    ev.state.on_pod("MODIFIED", assigned(pod("first", mem=4096), "n1", ["GPU-n1-0"],
+                                         allocated="main"))
+    assert refused(ev, pod("fourth", mem=2048)) == {}, "the agent answered: nothing to confuse"
+
+
+def test_a_pod_is_never_kept_waiting_for_its_own_flight():
+    first = assigned(pod("first", mem=4096), "n1", ["GPU-n1-0"])
+    ev = evaluator(first)
+    assert refused(ev, pod("second", mem=2048)) == {"n1": WAIT}
+    again = pod("first", mem=2048)  # the pod in flight, asked about again with another size
+    again["metadata"]["resourceVersion"] = "11"
+    assert refused(ev, again) == {}, "another pod's kept answer must not apply to it"
