@@ -129,8 +129,10 @@ class Agent:
             devices=lambda: dra_claims.node_devices(self.gpus(), d.memory_step_mib, minors),
             state_dir=state, cdi_dir=d.cdi_dir, layout=self.layout,
             grace_s=self.cfg.watchdog.region_grace_seconds)
+        # a starting kubelet deletes the node's ResourceSlices, then registers the plugins it
+        # finds: publish again at every registration
         self.dra_link = DraLink(self.dra, driver=d.driver_name, plugin_dir=d.plugin_dir,
-                                registry_dir=d.registry_dir)
+                                registry_dir=d.registry_dir, on_registered=self._slices_due.set)
         first = self.devices[0]
         self.publisher = SlicePublisher(client, self.cfg.node_name, d, log=log,
                                         events=self.cluster.events, hidden=self.cfg.hide_gpus,
@@ -291,9 +293,9 @@ class Agent:
             log.info("removed regions of a pod that no longer exists", extra={"pod_uid": uid})
 
     async def _publish_slices(self) -> None:
-        """Publish the node's ResourceSlice at start, on every change of GPU health and every
-        inventoryIntervalSeconds (a deleted or edited slice heals); retry a failure after 5 s,
-        doubling up to inventoryIntervalSeconds."""
+        """Publish the node's ResourceSlice at start, on every change of GPU health, at every
+        registration with the kubelet and every inventoryIntervalSeconds (a deleted or edited
+        slice heals); retry a failure after 5 s, doubling up to inventoryIntervalSeconds."""
         assert self.publisher is not None
         failing = 0.0
         while not self._stop.is_set():

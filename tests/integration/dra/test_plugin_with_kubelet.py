@@ -245,3 +245,26 @@ async def test_a_stop_keeps_the_slice_and_remove_dra_slices_deletes_it(kube_api,
     assert (await raw.call("GET", slice_path))[0] == 200, "a normal stop keeps the slice"
     await remove_dra_slices(msgspec.structs.replace(cfg, kubeconfig=str(kube_api.kubeconfig)))
     assert (await raw.call("GET", slice_path))[0] == 404
+
+
+async def test_a_kubelet_restart_wipes_the_slice_and_the_agent_publishes_it_again_at_once(
+        kube_api, raw):
+    slice_path = f"/apis/resource.k8s.io/v1/resourceslices/{NODE}-{DRIVER}"
+
+    async def published() -> bool:
+        return (await raw.call("GET", slice_path))[0] == 200
+
+    async with dra_node(kube_api) as n:
+        await wait_for(published, "slice published")
+        await n.kubelet.stop()
+        # a starting kubelet deletes every ResourceSlice of its node (no driver has registered
+        # yet), then registers the plugins whose sockets it finds
+        assert (await raw.call("DELETE", slice_path))[0] == 200
+        restarted = DraKubelet(n.base / "registry")
+        await restarted.start()
+        try:
+            await restarted.wait_registered(DRIVER)
+            await wait_for(published, "the slice published again when the kubelet registered "
+                           "the plugin (not inventoryIntervalSeconds later)", timeout=5)
+        finally:
+            await restarted.stop()
