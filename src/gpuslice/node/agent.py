@@ -108,7 +108,8 @@ class Agent:
             on_registered=lambda r: self.metrics.registrations.labels(r).inc())
         self.watchdog = Watchdog(backend, self.regions_root, cfg.watchdog, gpus=self.gpus,
                                  assignments=self._assignments, pods_fresh=self._pods_fresh,
-                                 claims_root=self.dra.root if self.dra else None)
+                                 claims_root=self.dra.root if self.dra else None,
+                                 claims=self.dra.prepared if self.dra else dict)
         self._mismatch_reported: set[str] = set()
         self._suspects: set[tuple[str, str, frozenset[str]]] = set()
         self._stop = asyncio.Event()

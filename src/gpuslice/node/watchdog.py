@@ -8,7 +8,9 @@ process (event LimitViolation on the pod, metric, log), and SIGKILL when configu
 removing the region directories of pods that no longer exist (after a grace period, only with
 a fresh pod list: never while the API server is away). DRA claims' regions
 (`<state-dir>/dra/regions/<claim-uid>`, `claims_root`) are checked the same way (pod_uid = the
-claim uid, container empty) but never swept here: only the DRA plugin removes them.
+claim uid, container empty), against the claim's caps as prepared (`claims`, the DRA plugin's
+checkpoint: a tenant can rewrite the cap in its region file), but never swept here: only the
+DRA plugin removes them.
 Whose process: region slots hold pids as the container sees them, NVML here lists host pids;
 they are joined on (innermost pid, start time) from /proc/<pid>/status and stat.
 Does not: enforce anything inside containers (the library does; this is the backstop).
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuslice import model
+from gpuslice.dra.claims import ClaimShares, region_spec
 from gpuslice.node import regions
 from gpuslice.node.nvml import GPUBackend, GPULost
 from gpuslice.node.settings import WatchdogConfig
@@ -99,11 +102,13 @@ class Watchdog:
                  assignments: Callable[[], Mapping[str, model.PodAssignment]],
                  pods_fresh: Callable[[], bool],
                  claims_root: str | Path | None = None,
+                 claims: Callable[[], Mapping[str, ClaimShares]] = dict,
                  kill: Callable[[int, int], None] = os.kill,
                  proc: str = "/proc") -> None:
         self.backend = backend
         self.root = Path(regions_root)
         self.claims_root = Path(claims_root) if claims_root is not None else None
+        self.claims = claims  # claim uid -> its shares (the DRA plugin's checkpoint)
         self.cfg = cfg
         self.gpus = gpus
         self.assignments = assignments
@@ -119,7 +124,8 @@ class Watchdog:
 
     def _owner_finder(self) -> tuple[Callable[[int], tuple[str, str] | None],
                                      dict[tuple[str, str, str], int]]:
-        """Who owns an NVML pid, and each container's limit per GPU, from the regions."""
+        """Who owns an NVML pid, and each container's limit per GPU, from the regions (a DRA
+        claim's from its shares as prepared)."""
         by_ns: dict[tuple[int, int], list[tuple[str, str]]] = {}  # (pid, start) -> containers
         by_nvml: dict[int, tuple[str, str]] = {}
         limits: dict[tuple[str, str, str], int] = {}  # (uid, container, uuid) -> limit
@@ -134,6 +140,10 @@ class Watchdog:
             for d in cr.region.by_uuid().values():
                 if d.limit:
                     limits[(cr.pod_uid, cr.container, d.uuid)] = d.limit
+        for uid, c in self.claims().items():  # what prepare gave, whatever the file says now
+            spec = region_spec(c)
+            limits.update({(uid, "", u): b for u, b in zip(spec.device_uuids, spec.limits,
+                                                          strict=True)})
 
         def owner(pid: int) -> tuple[str, str] | None:
             """Slots hold pids as the process sees them (its pid namespace); NVML here lists

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -44,7 +45,7 @@ from gpuslice.node.exporter import AgentMetrics, UsageCollector
 from gpuslice.node.nvml import FakeBackend
 from gpuslice.node.settings import WatchdogConfig
 from gpuslice.node.watchdog import Watchdog
-from gpuslice.shim import AGENT_BOARD, AGENT_REGION
+from gpuslice.shim import AGENT_BOARD, AGENT_REGION, DEVICES_OFFSET
 
 FAKE_GPU = "GPU-face0000-0000-0000-0000-000000000000"  # the fake driver's device 0
 UID = "5a1b2c3d-0000-4000-8000-00000000c1a1"
@@ -175,6 +176,36 @@ def test_the_claims_usage_is_exported_with_claim_share_and_pod_and_watched(
             "claim shares is unmanaged")
         assert dog.sweep(set(), now=float("inf")) == [], "the pod sweep never removes claims"
         assert region.exists()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_tenant_that_raises_its_cap_in_the_region_file_is_still_caught_by_the_watchdog(
+        binaries, prepared, tmp_path):
+    plugin, _ = prepared
+    gs = Harness(binaries, tmp_path)
+    region = plugin.root / UID / "region"
+    proc = gs.spawn("init", "ctx", 0, "alloc", 48 * MiB, "hold", limit="1Ti", region=region,
+                    extra={"GPUSLICE_DEVICE_UUIDS": FAKE_GPU})
+    try:
+        assert read_line(proc, "alloc").rc == 0
+        # the file is 0666 (every process of the claim accounts in it): any of them can write
+        # its own cap (the first device entry's limit, after its 64-byte uuid)
+        with open(region, "r+b") as f:
+            f.seek(DEVICES_OFFSET + 64)
+            f.write(struct.pack("<Q", 1 << 40))
+        assert plugin_region(plugin).by_uuid()[FAKE_GPU].limit == 1 << 40
+        live = next(p for p in plugin_region(plugin).processes if p.state == "live")
+        fake = FakeBackend.with_uuids([FAKE_GPU])
+        fake.set_processes(FAKE_GPU, {live.nvml_pid or live.pid: 200 * MiB})
+        gpus = [model.GPU(uuid=FAKE_GPU, model="Fake", memory_mib=1024)]
+        dog = Watchdog(fake, tmp_path / "none", WatchdogConfig(), gpus=lambda: gpus,
+                       assignments=dict, pods_fresh=lambda: True, claims_root=plugin.root,
+                       claims=plugin.prepared)
+        (v,) = dog.check()
+        assert (v.kind, v.pod_uid, v.limit_bytes) == ("over_limit", UID, 64 * MiB), (
+            "the cap is the claim's consumedCapacity as prepared, not what its region now says")
     finally:
         proc.kill()
         proc.wait()
