@@ -58,7 +58,8 @@ class ClaimApi(Protocol):
 
 
 class ApiClaims:
-    """ClaimApi over lightkube (RBAC: resourceclaims get; resourceclaims/status get, patch)."""
+    """ClaimApi over lightkube (RBAC: resourceclaims get; resourceclaims/status patch and, from
+    Kubernetes 1.36, resourceclaims/driver associated-node:patch for status.devices)."""
 
     def __init__(self, client: AsyncClient) -> None:
         self.client = client
@@ -277,8 +278,11 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
             except kerrors.APIError as exc:
                 if isinstance(exc, kerrors.Invalid | kerrors.Forbidden) or \
                         attempt == attempts - 1:
+                    hint = ("; check the node agent's RBAC: resourceclaims/status patch and "
+                            "(Kubernetes >= 1.36) resourceclaims/driver associated-node:patch "
+                            f"for {self.driver}" if isinstance(exc, kerrors.Forbidden) else "")
                     log.warning("writing status.devices of the claim failed: %s (the claim "
-                                "works; only its status lacks the devices)", exc,
+                                "works; only its status lacks the devices)%s", exc, hint,
                                 extra={"claim": c.key})
                     return
             await asyncio.sleep(backoff_s * 2 ** attempt)

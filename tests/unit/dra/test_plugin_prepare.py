@@ -271,3 +271,15 @@ async def test_with_cdi_on_each_device_also_names_the_nvidia_runtimes_cdi_device
     assert list(d.cdi_device_ids) == ["gpuslice.io/claim=c1", f"nvidia.com/gpu={U0}"]
     spec = json.loads(cdi.path(tmp_path / "cdi", "c1").read_text())
     assert "NVIDIA_VISIBLE_DEVICES=void" in spec["devices"][0]["containerEdits"]["env"]
+
+
+async def test_a_forbidden_status_write_names_the_rbac_a_136_server_asks_for(tmp_path, caplog):
+    class Forbidding(Claims):
+        async def set_devices(self, *args: Any) -> None:
+            raise kerrors.Forbidden("resourceclaims.resource.k8s.io \"shared\" is forbidden")
+
+    p = plugin(tmp_path, Forbidding(SHARED))
+    await p.prepare("default", "shared", "c1")
+    await asyncio.gather(*p._reports)
+    assert "resourceclaims/driver associated-node:patch for gpu.gpuslice.io" in caplog.text
+    assert p.prepared(), "the claim is prepared all the same"
