@@ -15,6 +15,9 @@ Open first: fixtures.py (what a test gets), then server.py.
   bench.py            the server's CPU per pod (docs/benchmarks.md)
   scheduler_driver.py plays kube-scheduler against an extender; its parts:
                       scheduler_queue.py, scheduler_filters.py, scheduler_extender.py
+  dra_allocator.py    plays kube-scheduler's DRA allocation (consumable capacity, shareID)
+  dra_validation.py   kube-apiserver's ResourceSlice capacity rules (422)
+  dra_gates.py        a server with DRAConsumableCapacity off;  dra_samples.py  the v1.36 samples
 Tests: tests/integration/kubeapi/"""
 
 from .faults import DUPLICATE_EVENTS, REORDERED_EVENTS, Faults

@@ -3,8 +3,8 @@ in dra-samples/returned/validation-results.txt, with its wording: capacity names
 identifier, optionally domain-qualified), requestPolicy only with allowMultipleAllocations,
 one of validRange / validValues, a default when validRange is set, max <= value, the default
 on min + n*step. `slice_problems()` returns (field, message) pairs, empty when valid.
-Not wired into the server (objects.py validates only what gpuslice's other components send);
-tests call it on what slices.py builds.
+objects.validate applies it to every ResourceSlice the server stores (422 like the real one);
+tests also call it on what slices.py builds.
 Tests: tests/unit/dra/test_slices_pass_server_validation.py"""
 
 from __future__ import annotations

@@ -256,6 +256,12 @@ class ControlPlane:
         )
         from lightkube.resources.coordination_v1 import Lease
         from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Node, Pod, Secret
+        from lightkube.resources.resource_v1 import (
+            DeviceClass,
+            ResourceClaim,
+            ResourceClaimTemplate,
+            ResourceSlice,
+        )
         from lightkube.types import PatchType
 
         client = Client(config=KubeConfig.from_file(self.kubeconfig))
@@ -266,12 +272,13 @@ class ControlPlane:
                              namespace=ns, patch_type=PatchType.MERGE)
             client.delete(res, obj.metadata.name, namespace=ns, grace_period=0)
 
-        for res in (Pod, Event, Lease, ConfigMap, Secret):
+        for res in (Pod, Event, Lease, ConfigMap, Secret, ResourceClaim, ResourceClaimTemplate):
             for obj in client.list(res, namespace="*"):
                 ns = obj.metadata.namespace
                 if not kept_by_reset(res.__name__, ns, obj.metadata.name):
                     remove(res, obj, ns)
-        for res in (Node, MutatingWebhookConfiguration, ValidatingWebhookConfiguration):
+        for res in (Node, MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+                    ResourceSlice, DeviceClass):
             for obj in client.list(res):
                 remove(res, obj)
         for ns in client.list(Namespace):

@@ -18,7 +18,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from . import errors
+from . import dra_validation, errors
 from .resources import ResourceType
 
 Obj = dict[str, Any]
@@ -120,6 +120,9 @@ def validate(rt: ResourceType, obj: Obj) -> None:
         causes += _validate_pod_spec(obj.get("spec"))
     if rt.kind == "Secret":
         causes += _validate_secret_data(obj.get("data") or {})
+    if rt.kind == "ResourceSlice":
+        causes += [(field, "FieldValueInvalid", message)
+                   for field, message in dra_validation.slice_problems(obj)]
     if causes:
         raise errors.invalid(rt, name, causes)
 
