@@ -61,7 +61,7 @@ from gpuslice.kube.client import dict_view  # noqa: E402
 from gpuslice.node.allocate import Layout  # noqa: E402
 from gpuslice.node.inventory import node_gpus  # noqa: E402
 from gpuslice.node.nvml import DeviceInfo  # noqa: E402
-from gpuslice.node.settings import NodeConfig  # noqa: E402
+from gpuslice.node.settings import DraConfig, NodeConfig  # noqa: E402
 from gpuslice.quantity import parse_quantity  # noqa: E402
 from kubeapi.dra_allocator import StandInAllocator, results  # noqa: E402
 from kubelet.dra import DraKubelet  # noqa: E402
@@ -74,12 +74,6 @@ SHAPES: tuple[tuple[dict[str, str] | None, int], ...] = (
     ({"memory": "4Gi", "cores": "30"}, 5), ({"memory": "8Gi", "cores": "50"}, 3),
     ({"memory": "20Gi", "cores": "25"}, 2), ({"memory": "2Gi"}, 2), ({"cores": "10"}, 1),
     ({"memory": "1500Mi", "cores": "2500m"}, 1), (None, 1))
-
-
-@dataclass
-class DraSettings:
-    driver_name: str = DRIVER
-    memory_step_mib: int = 256
 
 
 @dataclass
@@ -109,15 +103,17 @@ async def start_node(client: AsyncClient, name: str, base: Path, gpus: int, step
                      ) -> tuple[FakeNode, float]:
     """Publish the node's slice and serve its plugin; (node, publish seconds)."""
     devices = fake_gpus(name, gpus)
+    shown = node_gpus(devices, NodeConfig(node_name=name), {})  # the agent's inventory
     t0 = time.perf_counter()
-    await SlicePublisher(client, name, DraSettings(memory_step_mib=step)).publish(devices, {}, 1.0)
+    await SlicePublisher(client, name, DraConfig(memory_step_mib=step)).publish(shown)
     published = time.perf_counter() - t0
     d = base / name
     layout = Layout(library_host=str(d / "lib/libgpuslice.so"),
                     preload_host=str(d / "lib/ld.so.preload"), regions_host=str(d / "regions"),
                     board_host=str(d / "board"))
-    shown = node_devices(node_gpus(devices, NodeConfig(node_name=name), {}), step)
-    plugin = DraPlugin(driver=DRIVER, node=name, api=ApiClaims(client), devices=lambda: shown,
+    prepared_on = node_devices(shown, step)
+    plugin = DraPlugin(driver=DRIVER, node=name, api=ApiClaims(client),
+                       devices=lambda: prepared_on,
                        state_dir=d / "state", cdi_dir=d / "cdi", layout=layout)
     link = DraLink(plugin, driver=DRIVER, plugin_dir=d / "plugin", registry_dir=d / "registry",
                    poll_s=0.2)

@@ -301,8 +301,9 @@ async def test_the_node_agent_with_dra_is_granted_exactly_what_it_calls(kube_api
                 assert not (await dra.unprepare(DRIVER, claim))[claim["metadata"]["uid"]].error
             finally:
                 await dra.stop()
-            lost = {backend.devices()[1].uuid: "XID 79"}
-            await agent.publisher.publish(agent.devices, lost, 1.0)  # a health change
+            sick = backend.devices()[1].uuid  # a health change
+            await agent.publisher.publish([msgspec.structs.replace(g, healthy=g.uuid != sick)
+                                           for g in agent.gpus()])
             await agent.publisher.remove()  # what --remove-dra-slices does
     check(kube_api, "node-agent", service_account(objs, "DaemonSet", "-node-agent"), "DRA",
           group="resource.k8s.io")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import yaml
 
+from gpuslice import model
 from gpuslice.dra import DRIVER
 from gpuslice.dra.slices import build_slice
-from gpuslice.node.nvml import DeviceInfo
 from kubeapi.dra_allocator import Usage, devices_of, plan
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "dra.md"
@@ -52,9 +52,9 @@ def test_the_device_class_is_the_drivers():
 
 
 def h100_slice() -> dict:
-    gpu = DeviceInfo(index=0, uuid="GPU-8c1d", model="NVIDIA H100 80GB HBM3",
-                     memory_bytes=81559 << 20, sm_count=132, numa_node=0)
-    return build_slice("node-a", [gpu], {}, 1.0)
+    gpu = model.GPU(uuid="GPU-8c1d", model="NVIDIA H100 80GB HBM3", memory_mib=81559,
+                    sm_count=132, numa_node=0)
+    return build_slice("node-a", [gpu])
 
 
 def test_the_template_gets_4gi_and_30_cores_of_a_gpu():

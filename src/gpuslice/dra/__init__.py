@@ -2,7 +2,8 @@
 enforces them. One driver name for the slices, the DeviceClass, the kubelet plugin and CDI.
 
 Open first: slices.py (what a node publishes), then
-  slices.py     PURE: DeviceInfo list + health + memory scaling -> the node's ResourceSlice
+  slices.py     PURE: the node's GPUs (its inventory: hidden left out, memory scaled, health)
+                -> its ResourceSlice
   publisher.py  create/update the slice, read it back (a gate-off server drops sharing
                 fields silently: say so loudly), remove it at uninstall
   claims.py     PURE: a claim's allocation -> its shares on this node (the kubelet plugin's input)

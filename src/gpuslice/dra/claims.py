@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuslice import model
-from gpuslice.dra.slices import device_name
+from gpuslice.dra.slices import device_name, published_mib
 from gpuslice.errors import GpusliceError
 from gpuslice.quantity import QuantityError, parse_quantity
 from gpuslice.shim import RegionSpec
@@ -83,7 +83,7 @@ def node_devices(gpus: Sequence[model.GPU], step_mib: int,
     minors = minors or {}
     return {device_name(g.index): NodeDevice(device_name(g.index), g.uuid,
                                              minors.get(g.uuid, g.index),
-                                             g.memory_mib // step_mib * step_mib, g.healthy)
+                                             published_mib(g.memory_mib, step_mib), g.healthy)
             for g in gpus}
 
 

@@ -7,7 +7,8 @@ Gate off: a server with DRAConsumableCapacity off stores the slice WITHOUT
 allowMultipleAllocations and requestPolicy, silently; devices become exclusive. The read-back
 sees it: ERROR log + Warning event on the Node (once per episode) + `problem` (the node
 agent's readiness string) until a later publish reads the fields back.
-Does not: decide which GPUs to publish or their shape (slices.py).
+Does not: decide which GPUs to publish (node/inventory.py: hidden, health, memoryScaling) or
+the slice's shape (slices.py).
 Failure: API errors leave as kube.errors types (Conflict after `attempts` races).
 RBAC: resourceslices get/list/create/update/delete; events create/patch.
 Tests: tests/unit/dra/test_publisher*.py, tests/integration/dra/test_publish*.py"""
@@ -16,12 +17,13 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lightkube import AsyncClient
 from lightkube.resources.resource_v1 import ResourceSlice
 
+from gpuslice import model
 from gpuslice.dra import slices
 from gpuslice.kube import errors
 from gpuslice.kube.client import dict_view
@@ -29,7 +31,6 @@ from gpuslice.kube.patch import retry_on_conflict
 
 if TYPE_CHECKING:
     from gpuslice.kube.events import EventRecorder
-    from gpuslice.node.nvml import DeviceInfo
 
 __all__ = ["GATE_OFF", "DraSettings", "SlicePublisher"]
 
@@ -61,7 +62,7 @@ def _without_sharing(obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
 class SlicePublisher:
     def __init__(self, client: AsyncClient, node: str, cfg: DraSettings, *,
                  log: logging.Logger | None = None, events: EventRecorder | None = None,
-                 hidden: Collection[str] = (), driver_version: str | None = None,
+                 driver_version: str | None = None,
                  cuda_driver_version: int | str | None = None, attempts: int = 5) -> None:
         self.client = client
         self.node = node
@@ -69,7 +70,6 @@ class SlicePublisher:
         self.step_mib = cfg.memory_step_mib
         self.log = log or logging.getLogger(__name__)
         self.events = events
-        self.hidden = frozenset(hidden)
         self.versions = {"driver_version": driver_version,
                          "cuda_driver_version": cuda_driver_version}
         self.attempts = attempts
@@ -77,11 +77,10 @@ class SlicePublisher:
         self.stored: dict[str, Any] | None = None  # the slice as last read back
         self.problem: str | None = None  # for the agent's readiness: why DRA does not share
 
-    async def publish(self, devices: Sequence[DeviceInfo], unhealthy: Mapping[str, str],
-                      memory_scaling: float) -> None:
-        """Make the node's slice publish `devices` minus `unhealthy` ones, then read it back."""
-        want = slices.build_slice(self.node, devices, unhealthy, memory_scaling,
-                                  step_mib=self.step_mib, driver=self.driver, hidden=self.hidden,
+    async def publish(self, gpus: Sequence[model.GPU]) -> None:
+        """Make the node's slice publish the healthy `gpus` (the inventory's), then read it
+        back."""
+        want = slices.build_slice(self.node, gpus, step_mib=self.step_mib, driver=self.driver,
                                   **self.versions)
         self.stored = await retry_on_conflict(lambda: self._write(want), attempts=self.attempts)
         self._check(want, self.stored)

@@ -1,34 +1,32 @@
 """PURE: a node's GPUs -> its ResourceSlice (resource.k8s.io/v1), one slice per node and pool.
 Owns: the slice's shape (name `<node>-<driver>`, pool = the node, one device `gpu-<index>` per
-shown GPU with attributes and consumable capacity `memory` in MiB steps and `cores` in
-percent, `allowMultipleAllocations: true`), semver-ising NVML's version strings, and
-`same_devices()`: whether two slices publish the same devices (quantities compared by value,
-as the API server rewrites "81920Mi" as "80Gi").
-Invariants: requestPolicy.default = the whole capacity, so a claim that names no capacity
-takes a whole GPU; unhealthy and hidden GPUs are left out; devices ordered by NVML index.
-Does not: talk to the API (publisher.py) or read NVML (node/nvml.py).
+healthy GPU with attributes and consumable capacity `memory` in MiB steps and `cores` in
+percent, `allowMultipleAllocations: true`), `published_mib()` (the plugin sizes devices with
+it too), semver-ising NVML's version strings, and `same_devices()`: whether two slices publish
+the same devices (quantities compared by value, as the API server rewrites "81920Mi" as "80Gi").
+Invariants: requestPolicy.default of memory = the whole capacity, so a claim that names no
+capacity takes a whole GPU; unhealthy GPUs are left out; devices ordered by NVML index.
+Does not: talk to the API (publisher.py), read NVML (node/nvml.py), or hide GPUs and scale
+their memory (node/inventory.py: the GPUs it is given are the inventory's).
 On a GPU smaller than one memory step after memoryScaling: ConfigError naming both.
 Tests: tests/unit/dra/test_slices*.py"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from gpuslice import model
 from gpuslice.dra import DRIVER
 from gpuslice.errors import ConfigError
 from gpuslice.quantity import parse_quantity
 
-if TYPE_CHECKING:
-    from gpuslice.node.nvml import DeviceInfo
-
 __all__ = ["API_VERSION", "DEFAULT_STEP_MIB", "build_slice", "cuda_semver", "device_name",
-           "driver_semver", "same_devices", "slice_name"]
+           "driver_semver", "published_mib", "same_devices", "slice_name"]
 
 API_VERSION = "resource.k8s.io/v1"
 DEFAULT_STEP_MIB = 256
-MiB = 1 << 20
 # A claim that names no cores consumes none and runs without a compute limit (as a slice
 # without gpucores does on the device-plugin path); memory's default is the whole GPU, so a claim
 # that names nothing still takes the whole GPU.
@@ -61,26 +59,26 @@ def cuda_semver(version: int | str | None) -> str | None:
     return driver_semver(version) if isinstance(version, str) else None
 
 
-def _memory_mib(d: DeviceInfo, memory_scaling: float, step_mib: int) -> int:
-    mib = int(d.memory_bytes // MiB * memory_scaling) // step_mib * step_mib
-    if mib < step_mib:
+def published_mib(memory_mib: int, step_mib: int) -> int:
+    """A GPU's `memory` capacity: its MiB (after memoryScaling) rounded down to the step."""
+    return memory_mib // step_mib * step_mib
+
+
+def _device(g: model.GPU, step_mib: int, versions: Mapping[str, str | None]) -> dict[str, Any]:
+    memory_mib = published_mib(g.memory_mib, step_mib)
+    if memory_mib < step_mib:
         raise ConfigError(
-            f"GPU {d.index} ({d.uuid}) has {d.memory_bytes // MiB} MiB; after memoryScaling="
-            f"{memory_scaling} that is less than one DRA memory step ({step_mib} MiB): lower "
-            "dra.memoryStepMiB or raise memoryScaling in the node config")
-    return mib
-
-
-def _device(d: DeviceInfo, memory_mib: int, step_mib: int,
-            versions: Mapping[str, str | None]) -> dict[str, Any]:
-    attributes: dict[str, Any] = {"uuid": {"string": d.uuid}, "model": {"string": d.model},
-                                  "index": {"int": d.index}}
-    if d.numa_node is not None and d.numa_node >= 0:
-        attributes["numaNode"] = {"int": d.numa_node}
+            f"GPU {g.index} ({g.uuid}) has {g.memory_mib} MiB after memoryScaling: less than "
+            f"one DRA memory step ({step_mib} MiB): lower dra.memoryStepMiB or raise "
+            "memoryScaling in the node config")
+    attributes: dict[str, Any] = {"uuid": {"string": g.uuid}, "model": {"string": g.model},
+                                  "index": {"int": g.index}}
+    if g.numa_node is not None and g.numa_node >= 0:
+        attributes["numaNode"] = {"int": g.numa_node}
     attributes.update({k: {"version": v} for k, v in versions.items() if v})
     memory = f"{memory_mib}Mi"
     return {
-        "name": device_name(d.index),
+        "name": device_name(g.index),
         "allowMultipleAllocations": True,
         "attributes": attributes,
         "capacity": {
@@ -92,28 +90,23 @@ def _device(d: DeviceInfo, memory_mib: int, step_mib: int,
     }
 
 
-def build_slice(node: str, devices: Sequence[DeviceInfo], unhealthy: Mapping[str, str],
-                memory_scaling: float, *, step_mib: int = DEFAULT_STEP_MIB,
-                driver: str = DRIVER, generation: int = 1, hidden: Collection[str] = (),
-                driver_version: str | None = None,
+def build_slice(node: str, gpus: Sequence[model.GPU], *, step_mib: int = DEFAULT_STEP_MIB,
+                driver: str = DRIVER, generation: int = 1, driver_version: str | None = None,
                 cuda_driver_version: int | str | None = None) -> dict[str, Any]:
-    """The ResourceSlice for `node`: every GPU of `devices` that is neither in `unhealthy`
-    (uuid -> why) nor `hidden` (UUIDs or NVML indices, as hideGPUs names them)."""
+    """The ResourceSlice for `node`: every healthy GPU of `gpus` (the node's inventory)."""
     if step_mib < 1:
         raise ConfigError(f"dra.memoryStepMiB={step_mib}: use a whole number of MiB >= 1 "
                           f"(default {DEFAULT_STEP_MIB})")
     versions = {"driverVersion": driver_semver(driver_version),
                 "cudaDriverVersion": cuda_semver(cuda_driver_version)}
-    shown = sorted((d for d in devices if d.uuid not in unhealthy and d.uuid not in hidden
-                    and str(d.index) not in hidden), key=lambda d: d.index)
+    shown = sorted((g for g in gpus if g.healthy), key=lambda g: g.index)
     return {
         "apiVersion": API_VERSION, "kind": "ResourceSlice",
         "metadata": {"name": slice_name(node, driver)},
         "spec": {
             "driver": driver, "nodeName": node,
             "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
-            "devices": [_device(d, _memory_mib(d, memory_scaling, step_mib), step_mib, versions)
-                        for d in shown],
+            "devices": [_device(g, step_mib, versions) for g in shown],
         },
     }
 

@@ -136,7 +136,7 @@ class Agent:
                                 registry_dir=d.registry_dir, on_registered=self._slices_due.set)
         first = self.devices[0]
         self.publisher = SlicePublisher(client, self.cfg.node_name, d, log=log,
-                                        events=self.cluster.events, hidden=self.cfg.hide_gpus,
+                                        events=self.cluster.events,
                                         driver_version=first.driver_version,
                                         cuda_driver_version=first.cuda_driver_version)
 
@@ -302,8 +302,7 @@ class Agent:
         while not self._stop.is_set():
             self._slices_due.clear()
             try:
-                await self.publisher.publish(self.devices, self.health.unhealthy,
-                                             self.cfg.memory_scaling)
+                await self.publisher.publish(self.gpus())
                 wait, failing = self.cfg.inventory_interval_seconds, 0.0
             except Exception as exc:  # API errors, a GPU below one memory step (ConfigError)
                 wait = failing = min(self.cfg.inventory_interval_seconds, 2 * failing or 5.0)

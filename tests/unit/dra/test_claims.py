@@ -152,10 +152,10 @@ def test_the_plugin_sizes_each_gpu_as_the_slice_publishes_it(scaling):
     devices = [DeviceInfo(index=i, uuid=f"GPU-{i}", model="m", memory_bytes=(81559 << 20) + i,
                           sm_count=1) for i in range(2)]
     cfg = load(None, {"nodeName": "n", "memoryScaling": scaling}, environ={})
-    published = {d["name"]: d["capacity"]["memory"]["value"] for d in build_slice(
-        "n", devices, {}, scaling, step_mib=256)["spec"]["devices"]}
-    mine = {n: f"{d.memory_mib}Mi" for n, d in claims.node_devices(
-        node_gpus(devices, cfg, {}), 256).items()}
+    gpus = node_gpus(devices, cfg, {})
+    published = {d["name"]: d["capacity"]["memory"]["value"]
+                 for d in build_slice("n", gpus, step_mib=256)["spec"]["devices"]}
+    mine = {n: f"{d.memory_mib}Mi" for n, d in claims.node_devices(gpus, 256).items()}
     assert mine == published
 
 

@@ -1,5 +1,6 @@
-"""The ResourceSlice a node publishes: the contract's shape, the field names a real v1.36 server
-took (dra-samples input/02 and 09), memory steps, health and hiding."""
+"""The ResourceSlice a node publishes from its inventory (node/inventory.py: hideGPUs,
+memoryScaling, health): the contract's shape, the field names a real v1.36 server took
+(dra-samples input/02 and 09), memory steps, health and hiding."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from fractions import Fraction
 
 import pytest
 
+from gpuslice import model
 from gpuslice.dra import DRIVER
 from gpuslice.dra.slices import build_slice, cuda_semver, driver_semver, same_devices
 from gpuslice.errors import ConfigError
+from gpuslice.node.inventory import node_gpus
 from gpuslice.node.nvml import DeviceInfo
+from gpuslice.node.settings import load
 from gpuslice.quantity import parse_quantity
 from kubeapi import dra_samples
 
@@ -22,6 +26,14 @@ def gpu(index: int, memory: int = H100, numa: int | None = 0) -> DeviceInfo:
     return DeviceInfo(index=index, uuid=f"GPU-{index:08d}-0000-0000-0000-000000000000",
                       model="NVIDIA H100 80GB HBM3", memory_bytes=memory, sm_count=132,
                       numa_node=numa)
+
+
+def inventory(*devices: DeviceInfo, scaling: float = 1.0, hidden: tuple[str, ...] = (),
+              unhealthy: dict[str, str] | None = None) -> tuple[model.GPU, ...]:
+    """The node agent's GPUs for `devices`, as the publisher is given them."""
+    cfg = load(None, {"nodeName": "n", "memoryScaling": scaling, "hideGPUs": list(hidden)},
+               environ={})
+    return node_gpus(devices, cfg, unhealthy or {})
 
 
 def keys(value: object) -> set[str]:
@@ -41,7 +53,7 @@ def keys(value: object) -> set[str]:
 
 
 def test_a_two_gpu_node_publishes_the_contracts_slice():
-    s = build_slice("node-1", [gpu(1), gpu(0)], {}, 1.0, driver_version="580.159.04",
+    s = build_slice("node-1", inventory(gpu(1), gpu(0)), driver_version="580.159.04",
                     cuda_driver_version=13000)
     assert s["metadata"]["name"] == "node-1-gpu.gpuslice.io"
     assert s["spec"]["driver"] == DRIVER and s["spec"]["nodeName"] == "node-1"
@@ -66,7 +78,7 @@ def test_every_field_name_is_one_the_real_server_took():
     sent = set()
     for _, obj in dra_samples.load("input", ("ResourceSlice",)):
         sent |= keys(obj)
-    ours = keys(build_slice("n", [gpu(0)], {}, 1.0))
+    ours = keys(build_slice("n", inventory(gpu(0))))
     assert ours - sent == {".spec.devices[].attributes.numaNode",
                            ".spec.devices[].attributes.numaNode.int"}
 
@@ -74,7 +86,8 @@ def test_every_field_name_is_one_the_real_server_took():
 @pytest.mark.parametrize(("scaling", "step", "expected"), [
     (1.0, 256, "81408Mi"), (1.0, 1, "81559Mi"), (0.5, 256, "40704Mi"), (2.0, 1024, "162816Mi")])
 def test_memory_is_scaled_then_rounded_down_to_the_step(scaling, step, expected):
-    device = build_slice("n", [gpu(0)], {}, scaling, step_mib=step)["spec"]["devices"][0]
+    device = build_slice("n", inventory(gpu(0), scaling=scaling),
+                         step_mib=step)["spec"]["devices"][0]
     memory = device["capacity"]["memory"]
     assert memory["value"] == expected == memory["requestPolicy"]["default"]
     value, step_q = parse_quantity(expected), parse_quantity(f"{step}Mi")
@@ -83,27 +96,27 @@ def test_memory_is_scaled_then_rounded_down_to_the_step(scaling, step, expected)
 
 def test_unhealthy_and_hidden_gpus_are_left_out():
     devices = [gpu(0), gpu(1), gpu(2), gpu(3)]
-    s = build_slice("n", devices, {devices[1].uuid: "XID 79"}, 1.0,
-                    hidden={devices[2].uuid, "3"})
+    s = build_slice("n", inventory(*devices, unhealthy={devices[1].uuid: "XID 79"},
+                                   hidden=(devices[2].uuid, "3")))
     assert [d["name"] for d in s["spec"]["devices"]] == ["gpu-0"]
 
 
 def test_a_node_whose_gpus_are_all_unhealthy_publishes_an_empty_pool():
-    s = build_slice("n", [gpu(0)], {gpu(0).uuid: "lost"}, 1.0)
+    s = build_slice("n", inventory(gpu(0), unhealthy={gpu(0).uuid: "lost"}))
     assert s["spec"]["devices"] == [] and s["spec"]["pool"]["name"] == "n"
 
 
 def test_unknown_numa_and_versions_are_omitted_not_guessed():
-    attributes = build_slice("n", [gpu(0, numa=None)], {}, 1.0, driver_version="garbage",
+    attributes = build_slice("n", inventory(gpu(0, numa=None)), driver_version="garbage",
                              cuda_driver_version=None)["spec"]["devices"][0]["attributes"]
     assert set(attributes) == {"uuid", "model", "index"}
 
 
 def test_a_gpu_smaller_than_one_step_is_a_config_error_that_names_the_fix():
     with pytest.raises(ConfigError, match=r"GPU 0 .*dra.memoryStepMiB"):
-        build_slice("n", [gpu(0, memory=200 * (1 << 20))], {}, 1.0)
+        build_slice("n", inventory(gpu(0, memory=200 * (1 << 20))))
     with pytest.raises(ConfigError, match="memoryStepMiB=0"):
-        build_slice("n", [gpu(0)], {}, 1.0, step_mib=0)
+        build_slice("n", inventory(gpu(0)), step_mib=0)
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -120,8 +133,8 @@ def test_cuda_versions_are_semver_ised(value, expected):
 
 
 def test_slices_compare_by_quantity_value_not_spelling():
-    ours = build_slice("n", [gpu(0, memory=80 * GiB)], {}, 1.0)
-    stored = build_slice("n", [gpu(0, memory=80 * GiB)], {}, 1.0, generation=7)
+    ours = build_slice("n", inventory(gpu(0, memory=80 * GiB)))
+    stored = build_slice("n", inventory(gpu(0, memory=80 * GiB)), generation=7)
     stored["spec"]["devices"][0]["capacity"]["memory"]["value"] = "80Gi"  # server's spelling
     assert parse_quantity("81920Mi") == Fraction(80 * GiB)
     assert same_devices(ours, stored), "same devices though generation and spelling differ"
