@@ -28,7 +28,7 @@ from gpuslice.quantity import QuantityError, parse_quantity
 from gpuslice.shim import RegionSpec
 
 __all__ = ["ClaimShares", "DraError", "NodeDevice", "Share", "node_devices", "region_spec",
-           "shares"]
+           "reserved_pods", "shares"]
 
 MiB = 1 << 20
 FULL_CORES = 100
@@ -148,11 +148,15 @@ def shares(claim: Mapping[str, Any], *, driver: str, node: str,
             raise DraError(f"{where}: GPU {dev.uuid} is unhealthy (it is no longer published); "
                            "delete the pod and the claim so that another GPU is allocated")
         out.append(_share(r, dev, where))
-    pods = tuple((str(p.get("name", "")), str(p.get("uid", "")))
-                 for p in status.get("reservedFor") or []
-                 if isinstance(p, Mapping) and p.get("resource") == "pods")
     return ClaimShares(str(meta.get("uid", "")), str(meta.get("namespace", "")),
-                       str(meta.get("name", "")), tuple(out), pods)
+                       str(meta.get("name", "")), tuple(out), reserved_pods(claim))
+
+
+def reserved_pods(claim: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(name, uid) of the pods in the claim's status.reservedFor."""
+    return tuple((str(p.get("name", "")), str(p.get("uid", "")))
+                 for p in (claim.get("status") or {}).get("reservedFor") or []
+                 if isinstance(p, Mapping) and p.get("resource") == "pods")
 
 
 def region_spec(c: ClaimShares, *, compute_mode: str = "hard") -> RegionSpec:

@@ -7,7 +7,8 @@ shares on this node (claims.py: consumedCapacity, not the request), write its re
 record it in the checkpoint, answer one Device per share), NodeUnprepareResources (remove the
 CDI spec, the region directory and the checkpoint entry: paths follow from the claim uid, so
 even a prepare killed half-way is undone), `status.devices[]` on the claim (best effort, in the
-background, retried), and the sweep of claims that no longer exist.
+background, retried), the claim's pods as its status.reservedFor names them (read again at a
+repeated prepare and at the sweep), and the sweep of claims that no longer exist.
 Does not: serve sockets or register (kubelet.py), publish slices (publisher.py).
 Invariants: a prepare repeated (also after a restart: from the checkpoint, without the API
 server) gives the same answer and keeps a region whose limits match (its processes hold it).
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -229,7 +231,9 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
             self.checkpoint.put(c)
         log.info("claim prepared", extra={"claim": c.key, "claim_uid": uid, "shares": [
             f"{s.device}:{s.memory_mib}MiB/{s.cores}%" for s in c.shares]})
-        self._report_later(c)
+        # prepared before: the kubelet asks again for another pod of the claim (or after a
+        # restart), so its pods may have changed; its shares cannot (the allocation is fixed)
+        self._report_later(c, refresh_pods=entry is not None)
         return c
 
     def _materialise(self, c: ClaimShares) -> None:
@@ -260,18 +264,32 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
         """uid -> shares of every claim prepared on this node (exporter, watchdog)."""
         return {uid: e.claim for uid, e in self.checkpoint.entries.items()}
 
-    # ---- status.devices
-    def _report_later(self, c: ClaimShares) -> None:
-        task = asyncio.create_task(self._report(c))
+    # ---- status.devices and the claim's pods
+    def _report_later(self, c: ClaimShares, *, refresh_pods: bool) -> None:
+        task = asyncio.create_task(self._report(c, refresh_pods=refresh_pods))
         self._reports.add(task)
         task.add_done_callback(self._reports.discard)
 
-    async def _report(self, c: ClaimShares, attempts: int = 5, backoff_s: float = 1.0) -> None:
+    async def _follow_pods(self, c: ClaimShares, claim: Mapping[str, Any]) -> None:
+        """Record the claim's current pods (exporter labels, watchdog events), if it is the
+        one prepared and still prepared."""
+        pods = claims.reserved_pods(claim)
+        if (claim.get("metadata") or {}).get("uid") != c.uid or pods == c.pods:
+            return
+        async with self._claim(c.uid):
+            entry = self.checkpoint.get(c.uid)
+            if entry is not None:
+                self.checkpoint.put(dataclasses.replace(entry.claim, pods=pods))
+
+    async def _report(self, c: ClaimShares, *, refresh_pods: bool, attempts: int = 5,
+                      backoff_s: float = 1.0) -> None:
         for attempt in range(attempts):
             try:
                 await self.api.set_devices(
                     c.namespace, c.name, c.uid,
                     lambda old: status_devices(old, c, self.driver, self.node))
+                if refresh_pods:
+                    await self._follow_pods(c, await self.api.get(c.namespace, c.name))
                 return
             except kerrors.NotFound:
                 return  # deleted meanwhile: nothing to report on
@@ -305,15 +323,19 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
 
     async def _stale(self, c: ClaimShares) -> bool:
         """The claim is deleted, re-created or used by no pod any more (its pods are gone and
-        the kubelet never unprepared it); False while the API server cannot tell."""
+        the kubelet never unprepared it); False while the API server cannot tell. A claim in
+        use gets its current pods recorded."""
         try:
             claim = await self.api.get(c.namespace, c.name)
         except kerrors.NotFound:
             return True
         except kerrors.APIError:
             return False
-        return (claim.get("metadata") or {}).get("uid") != c.uid or \
-            not (claim.get("status") or {}).get("reservedFor")
+        if (claim.get("metadata") or {}).get("uid") != c.uid or \
+                not (claim.get("status") or {}).get("reservedFor"):
+            return True
+        await self._follow_pods(c, claim)
+        return False
 
     async def sweep(self, *, now: float | None = None) -> list[str]:
         """Unprepare claims prepared more than the grace period ago that are stale, and remove

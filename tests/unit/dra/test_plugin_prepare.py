@@ -283,3 +283,22 @@ async def test_a_forbidden_status_write_names_the_rbac_a_136_server_asks_for(tmp
     await asyncio.gather(*p._reports)
     assert "resourceclaims/driver associated-node:patch for gpu.gpuslice.io" in caplog.text
     assert p.prepared(), "the claim is prepared all the same"
+
+
+async def test_a_second_pod_of_a_shared_claim_reaches_its_pods_and_a_gone_one_leaves(tmp_path):
+    """The pods label the claim's metrics and receive its watchdog events: they follow
+    status.reservedFor when the kubelet prepares the claim for another pod and at the sweep."""
+    api = Claims(SHARED)
+    p = plugin(tmp_path, api, grace_s=60)
+    await p.prepare("default", "shared", "c1")
+    reserved = api.objs[("default", "shared")]["status"]["reservedFor"]
+    reserved.append({"resource": "pods", "name": "second-pod", "uid": "p-2"})
+    await p.prepare("default", "shared", "c1")  # the kubelet prepares it for the second pod
+    await asyncio.gather(*p._reports)
+    assert p.prepared()["c1"].pods == (("shared-pod", "p-c1"), ("second-pod", "p-2"))
+    del reserved[0]  # the first pod is gone
+    t0 = p.checkpoint.entries["c1"].prepared_at
+    assert await p.sweep(now=t0 + 61) == []
+    assert p.prepared()["c1"].pods == (("second-pod", "p-2"),)
+    assert Checkpoint(tmp_path / "state/dra/prepared.json").entries["c1"].claim.pods == (
+        ("second-pod", "p-2"),), "kept across a restart"
