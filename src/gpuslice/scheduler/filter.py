@@ -76,9 +76,9 @@ class Evaluator:
         self._requests: dict[tuple[Any, Any], PodRequest] = {}
         self._seen: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # uid -> pod, bounded
         self._devices: dict[str, tuple[handoff.DeviceRequest, ...]] = {}
-        # node -> (its unstarted_by_first index, (first request, shape), the in-flight rule's
-        # answer): the index is replaced whenever a pod in flight there changes
-        self._blocked: dict[str, tuple[Mapping[Any, Any], tuple[Any, ...], Refusal | None]] = {}
+        # (node, first request, shape) -> (the node's unstarted_by_first index, the in-flight
+        # rule's answer): the index is replaced whenever a pod in flight there changes
+        self._blocked: dict[tuple[Any, ...], tuple[Mapping[Any, Any], Refusal | None]] = {}
         self._all_fit: tuple[Verdict, list[str]] | None = None  # see all_fit
 
     def ours(self, pod: Mapping[str, Any]) -> bool:
@@ -205,7 +205,7 @@ class Evaluator:
                 if None not in fixed.values() else None)  # absolute memory: one shape anywhere
         by_size: dict[int, tuple[Any, ...]] = {}  # percent: the shape on nodes of one GPU size
         mine = self.state.flight_node(v.pod.key)  # where the pod is in flight itself, if anywhere
-        if len(self._blocked) > 4 * self.state.node_count():
+        if len(self._blocked) > 16 * self.state.node_count():
             self._blocked.clear()
         for name in flying:
             by = self.state.unstarted_by_first(name)
@@ -221,9 +221,9 @@ class Evaluator:
                     shape = handoff.request_shape(requests, v.pod, _memory_per_gpu(v.pod, pl))
                     if size:
                         by_size[size] = shape
-            memo = self._blocked.get(name)
-            if memo is not None and memo[0] is by and memo[1] == (first, shape) and name != mine:
-                refusal = memo[2]  # the same flights there, a pod asking the same
+            memo = self._blocked.get((name, first, shape))
+            if memo is not None and memo[0] is by and name != mine:
+                refusal = memo[1]  # the same flights there, a pod asking the same
             else:
                 f = handoff.blocking_flight(requests, shape, flights, key=v.pod.key)
                 refusal = None if f is None else Refusal(
@@ -231,7 +231,7 @@ class Evaluator:
                     f"{f.pending[0].resource}={f.pending[0].quantity} looks the same to the "
                     "node agent")
                 if name != mine:  # (the pod's own flight never blocks it: keyed by the pod)
-                    self._blocked[name] = (by, (first, shape), refusal)
+                    self._blocked[name, first, shape] = (by, refusal)
             if refusal is not None:
                 del fits[name]
                 v.failed[name] = refusal
