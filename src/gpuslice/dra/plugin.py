@@ -1,14 +1,13 @@
 """The kubelet DRA plugin (`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`) as a grpc.aio servicer:
 prepare a claim's shares for its containers, unprepare them when its pods are gone.
 
-Owns: NodePrepareResources (read the claim from the API server, check its uid, compute its
-shares on this node (claims.py: consumedCapacity, not the request), write its region
-`<state-dir>/dra/regions/<claim-uid>/region` (node/regions.place) and its CDI spec (cdi.py),
-record it in the checkpoint, answer one Device per share), NodeUnprepareResources (remove the
-CDI spec, the region directory and the checkpoint entry: paths follow from the claim uid, so
-even a prepare killed half-way is undone), `status.devices[]` on the claim (best effort, in the
-background, retried), the claim's pods as its status.reservedFor names them (read again at a
-repeated prepare and at the sweep), and the sweep of claims that no longer exist.
+Owns: NodePrepareResources (the claim from the API server, its uid checked -> its shares here
+(claims.py) -> its region `<state-dir>/dra/regions/<claim-uid>/region` (node/regions.place),
+CDI spec (cdi.py), checkpoint entry; one Device per share), NodeUnprepareResources (CDI spec,
+region directory and entry removed: paths follow from the uid, so a prepare killed half-way is
+undone too), `status.devices[]` (best effort, in the background), the claim's pods (read again
+at a repeated prepare and at the sweep), and the sweep of claims that no longer exist (asking
+the API server only about claims none of whose pods run on the node).
 Does not: serve sockets or register (kubelet.py), publish slices (publisher.py).
 Invariants: a prepare repeated (also after a restart: from the checkpoint, without the API
 server) gives the same answer and keeps a region whose limits match (its processes hold it).
@@ -25,7 +24,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -337,15 +336,20 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
         await self._follow_pods(c, claim)
         return False
 
-    async def sweep(self, *, now: float | None = None) -> list[str]:
+    async def sweep(self, *, now: float | None = None,
+                    live_pods: Collection[str] | None = None) -> list[str]:
         """Unprepare claims prepared more than the grace period ago that are stale, and remove
         the region directories and CDI specs of claims the checkpoint does not know once as
-        old (a prepare killed before its checkpoint entry); returns the uids removed."""
+        old (a prepare killed before its checkpoint entry); returns the uids removed.
+        `live_pods`: the uids of the pods on this node (a fresh list): a claim one of them uses
+        is in use, and only the others are read from the API server (None: all of them)."""
         now = time.time() if now is None else now
         orphans = {uid for uid, mtime in self._leftovers().items()
                    if uid not in self.checkpoint.entries and now - mtime >= self.grace_s}
         stale = {uid for uid, e in list(self.checkpoint.entries.items())
-                 if now - e.prepared_at >= self.grace_s and await self._stale(e.claim)}
+                 if now - e.prepared_at >= self.grace_s
+                 and (live_pods is None or not any(p in live_pods for _, p in e.claim.pods))
+                 and await self._stale(e.claim)}
         gone = set()
         for uid in sorted(orphans | stale):
             with contextlib.suppress(ValueError):  # a file name that is no uid: not ours

@@ -315,7 +315,9 @@ class Agent:
 
     async def _dra_sweep(self) -> None:
         assert self.dra is not None
-        await self.dra.sweep()
+        live = {str(p["metadata"].get("uid")) for p in self.cluster.pods()} \
+            if self._pods_fresh() else None
+        await self.dra.sweep(live_pods=live)
 
     async def _every(self, seconds: float, step: Callable[[], Awaitable[None]]) -> None:
         while not self._stop.is_set():

@@ -302,3 +302,16 @@ async def test_a_second_pod_of_a_shared_claim_reaches_its_pods_and_a_gone_one_le
     assert p.prepared()["c1"].pods == (("second-pod", "p-2"),)
     assert Checkpoint(tmp_path / "state/dra/prepared.json").entries["c1"].claim.pods == (
         ("second-pod", "p-2"),), "kept across a restart"
+
+
+async def test_the_sweep_asks_the_api_server_only_about_claims_none_of_whose_pods_run_here(
+        tmp_path):
+    api = Claims(SHARED, WHOLE)
+    p = plugin(tmp_path, api, grace_s=60)
+    await prepare(p, SHARED, WHOLE)
+    del api.objs[("default", "shared")], api.objs[("default", "whole")]  # both deleted
+    t0, before = p.checkpoint.entries["c1"].prepared_at, api.gets
+    assert await p.sweep(now=t0 + 61, live_pods={"p-c1", "p-c2"}) == []
+    assert api.gets == before, "a claim whose pod runs on this node is in use: no read"
+    assert await p.sweep(now=t0 + 61, live_pods={"p-c2"}) == ["c1"]
+    assert api.gets == before + 1
