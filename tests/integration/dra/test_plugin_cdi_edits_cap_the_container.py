@@ -14,6 +14,7 @@ import shutil
 import struct
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,73 +143,68 @@ def _metrics(c: UsageCollector) -> dict[tuple[str, tuple], float]:
             for s in fam.samples}
 
 
-def test_the_claims_usage_is_exported_with_claim_share_and_pod_and_watched(
-        binaries, prepared, tmp_path):
+GPUS = [model.GPU(uuid=FAKE_GPU, model="Fake", memory_mib=1024)]
+
+
+@pytest.fixture
+def holding(binaries, prepared, tmp_path) -> Iterator[tuple[DraPlugin, Any]]:
+    """A process of the claim (the library, the claim's region) holding 48 MiB; its slot."""
     plugin, _ = prepared
-    gs = Harness(binaries, tmp_path)
-    region = plugin.root / UID / "region"
-    proc = gs.spawn("init", "ctx", 0, "alloc", 48 * MiB, "hold", limit="1Ti", region=region,
-                    extra={"GPUSLICE_DEVICE_UUIDS": FAKE_GPU})
+    proc = Harness(binaries, tmp_path).spawn(
+        "init", "ctx", 0, "alloc", 48 * MiB, "hold", limit="1Ti",
+        region=plugin.root / UID / "region", extra={"GPUSLICE_DEVICE_UUIDS": FAKE_GPU})
     try:
         assert read_line(proc, "alloc").rc == 0
-        gpus = [model.GPU(uuid=FAKE_GPU, model="Fake", memory_mib=1024)]
-        c = UsageCollector(FakeBackend.with_uuids([FAKE_GPU]), tmp_path / "none",
-                           lambda: gpus, dict, dict, claims_root=plugin.root,
-                           claims=plugin.prepared)
-        got = _metrics(c)
-        labels = (("claim", "team-a/train"), ("namespace", "team-a"), ("pod", "trainer"),
-                  ("share", SHARE))
-        assert got[("gpuslice_container_memory_used_bytes", (*labels, ("uuid", FAKE_GPU)))] == \
-            48 * MiB
-        assert got[("gpuslice_container_memory_limit_bytes", (*labels, ("uuid", FAKE_GPU)))] == \
-            64 * MiB
-        assert got[("gpuslice_container_compute_limit_percent", labels)] == 30
-        assert got[("gpuslice_container_processes", labels)] == 1
-
-        live = next(p for p in plugin_region(plugin).processes if p.state == "live")
-        fake = FakeBackend.with_uuids([FAKE_GPU])
-        fake.set_processes(FAKE_GPU, {live.nvml_pid or live.pid: 200 * MiB, 999999: MiB})
-        dog = Watchdog(fake, tmp_path / "none", WatchdogConfig(), gpus=lambda: gpus,
-                       assignments=dict, pods_fresh=lambda: True, claims_root=plugin.root)
-        found = {(v.kind, v.pod_uid, v.container) for v in dog.check()}
-        assert found == {("over_limit", UID, ""), ("unmanaged", None, None)}, (
-            "the claim's process is over its cap; a process without the library on the GPU a "
-            "claim shares is unmanaged")
-        assert dog.sweep(set(), now=float("inf")) == [], "the pod sweep never removes claims"
-        assert region.exists()
+        yield plugin, next(p for p in plugin_region(plugin).processes if p.state == "live")
     finally:
         proc.kill()
         proc.wait()
+
+
+def watchdog(plugin: DraPlugin, tmp_path: Path, nvml: dict[int, int]) -> Watchdog:
+    """The agent's watchdog for the claim, NVML saying `nvml` (pid -> bytes) of the GPU."""
+    fake = FakeBackend.with_uuids([FAKE_GPU])
+    fake.set_processes(FAKE_GPU, nvml)
+    return Watchdog(fake, tmp_path / "none", WatchdogConfig(), gpus=lambda: GPUS,
+                    assignments=dict, pods_fresh=lambda: True, claims_root=plugin.root,
+                    claims=plugin.prepared)
+
+
+def test_the_claims_usage_is_exported_with_claim_share_and_pod_and_watched(holding, tmp_path):
+    plugin, live = holding
+    c = UsageCollector(FakeBackend.with_uuids([FAKE_GPU]), tmp_path / "none", lambda: GPUS,
+                       dict, dict, claims_root=plugin.root, claims=plugin.prepared)
+    got = _metrics(c)
+    labels = (("claim", "team-a/train"), ("namespace", "team-a"), ("pod", "trainer"),
+              ("share", SHARE))
+    assert got[("gpuslice_container_memory_used_bytes", (*labels, ("uuid", FAKE_GPU)))] == \
+        48 * MiB
+    assert got[("gpuslice_container_memory_limit_bytes", (*labels, ("uuid", FAKE_GPU)))] == \
+        64 * MiB
+    assert got[("gpuslice_container_compute_limit_percent", labels)] == 30
+    assert got[("gpuslice_container_processes", labels)] == 1
+
+    dog = watchdog(plugin, tmp_path, {live.nvml_pid or live.pid: 200 * MiB, 999999: MiB})
+    found = {(v.kind, v.pod_uid, v.container) for v in dog.check()}
+    assert found == {("over_limit", UID, ""), ("unmanaged", None, None)}, (
+        "the claim's process is over its cap; a process without the library on the GPU a "
+        "claim shares is unmanaged")
+    assert dog.sweep(set(), now=float("inf")) == [], "the pod sweep never removes claims"
+    assert (plugin.root / UID / "region").exists()
 
 
 def test_a_tenant_that_raises_its_cap_in_the_region_file_is_still_caught_by_the_watchdog(
-        binaries, prepared, tmp_path):
-    plugin, _ = prepared
-    gs = Harness(binaries, tmp_path)
-    region = plugin.root / UID / "region"
-    proc = gs.spawn("init", "ctx", 0, "alloc", 48 * MiB, "hold", limit="1Ti", region=region,
-                    extra={"GPUSLICE_DEVICE_UUIDS": FAKE_GPU})
-    try:
-        assert read_line(proc, "alloc").rc == 0
-        # the file is 0666 (every process of the claim accounts in it): any of them can write
-        # its own cap (the first device entry's limit, after its 64-byte uuid)
-        with open(region, "r+b") as f:
-            f.seek(DEVICES_OFFSET + 64)
-            f.write(struct.pack("<Q", 1 << 40))
-        assert plugin_region(plugin).by_uuid()[FAKE_GPU].limit == 1 << 40
-        live = next(p for p in plugin_region(plugin).processes if p.state == "live")
-        fake = FakeBackend.with_uuids([FAKE_GPU])
-        fake.set_processes(FAKE_GPU, {live.nvml_pid or live.pid: 200 * MiB})
-        gpus = [model.GPU(uuid=FAKE_GPU, model="Fake", memory_mib=1024)]
-        dog = Watchdog(fake, tmp_path / "none", WatchdogConfig(), gpus=lambda: gpus,
-                       assignments=dict, pods_fresh=lambda: True, claims_root=plugin.root,
-                       claims=plugin.prepared)
-        (v,) = dog.check()
-        assert (v.kind, v.pod_uid, v.limit_bytes) == ("over_limit", UID, 64 * MiB), (
-            "the cap is the claim's consumedCapacity as prepared, not what its region now says")
-    finally:
-        proc.kill()
-        proc.wait()
+        holding, tmp_path):
+    plugin, live = holding
+    # the file is 0666 (every process of the claim accounts in it): any of them can write its
+    # own cap (the first device entry's limit, after its 64-byte uuid)
+    with open(plugin.root / UID / "region", "r+b") as f:
+        f.seek(DEVICES_OFFSET + 64)
+        f.write(struct.pack("<Q", 1 << 40))
+    assert plugin_region(plugin).by_uuid()[FAKE_GPU].limit == 1 << 40
+    (v,) = watchdog(plugin, tmp_path, {live.nvml_pid or live.pid: 200 * MiB}).check()
+    assert (v.kind, v.pod_uid, v.limit_bytes) == ("over_limit", UID, 64 * MiB), (
+        "the cap is the claim's consumedCapacity as prepared, not what its region now says")
 
 
 def plugin_region(plugin: DraPlugin) -> Any:
