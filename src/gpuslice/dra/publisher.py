@@ -11,7 +11,7 @@ Does not: decide which GPUs to publish (node/inventory.py: hidden, health, memor
 the slice's shape (slices.py).
 Failure: API errors leave as kube.errors types (Conflict after `attempts` races).
 RBAC: resourceslices get/list/create/update/delete; events create/patch.
-Tests: tests/unit/dra/test_publisher*.py, tests/integration/dra/test_publish*.py"""
+Tests: tests/integration/dra/test_publish_slices.py"""
 
 from __future__ import annotations
 
