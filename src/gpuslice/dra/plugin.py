@@ -282,13 +282,14 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
 
     async def _report(self, c: ClaimShares, *, refresh_pods: bool, attempts: int = 5,
                       backoff_s: float = 1.0) -> None:
+        if refresh_pods:  # else the sweep corrects them when it reads the claim
+            with contextlib.suppress(kerrors.APIError):
+                await self._follow_pods(c, await self.api.get(c.namespace, c.name))
         for attempt in range(attempts):
             try:
                 await self.api.set_devices(
                     c.namespace, c.name, c.uid,
                     lambda old: status_devices(old, c, self.driver, self.node))
-                if refresh_pods:
-                    await self._follow_pods(c, await self.api.get(c.namespace, c.name))
                 return
             except kerrors.NotFound:
                 return  # deleted meanwhile: nothing to report on
