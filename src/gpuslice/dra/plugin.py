@@ -1,6 +1,4 @@
-"""The kubelet DRA plugin (`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`) as a grpc.aio servicer:
-prepare a claim's shares for its containers, unprepare them when its pods are gone.
-
+"""The kubelet DRA plugin (`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`) as a grpc.aio servicer.
 Owns: NodePrepareResources (the claim from the API server, its uid checked -> its shares here
 (claims.py) -> its region `<state-dir>/dra/regions/<claim-uid>/region` (node/regions.place),
 CDI spec (cdi.py), checkpoint entry; one Device per share), NodeUnprepareResources (CDI spec,
