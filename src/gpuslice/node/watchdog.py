@@ -6,17 +6,15 @@ GPU shared through gpuslice whose pid is in no region slot (they run without the
 static CUDA, a cleared ld.so.preload, a binary that ignores it); reporting each once per
 process (event LimitViolation on the pod, metric, log), and SIGKILL when configured; and
 removing the region directories of pods that no longer exist (after a grace period, only with
-a fresh pod list: never while the API server is away). DRA claims' regions
-(`<state-dir>/dra/regions/<claim-uid>`, `claims_root`) are checked the same way (pod_uid = the
-claim uid, container empty), against the claim's caps as prepared (`claims`, the DRA plugin's
-checkpoint: a tenant can rewrite the cap in its region file), but never swept here: only the
-DRA plugin removes them.
+a fresh pod list: never while the API server is away). DRA claims' regions (`claims_root`;
+pod_uid = the claim uid, container empty) are checked against the caps the DRA plugin prepared
+(`claims`: a tenant can rewrite its region's), never swept here (the DRA plugin removes them).
 Whose process: region slots hold pids as the container sees them, NVML here lists host pids;
 they are joined on (innermost pid, start time) from /proc/<pid>/status and stat.
 Does not: enforce anything inside containers (the library does; this is the backstop).
 Failure: a GPU NVML cannot query is skipped this round; a process gone before the kill is fine.
-Tests: tests/integration/node/test_exporter_reads_real_regions.py,
-tests/gpu/test_node_agent_on_gpu.py
+Tests: tests/integration/{node/test_exporter_reads_real_regions.py,
+dra/test_plugin_cdi_edits_cap_the_container.py}, tests/gpu/test_node_agent_on_gpu.py
 """
 
 from __future__ import annotations
