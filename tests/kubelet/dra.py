@@ -5,6 +5,8 @@ DRAPlugin client (NodePrepareResources / NodeUnprepareResources), over real unix
 As the real kubelet (WIRE.md): it dials the endpoint the plugin names, passes only each
 claim's identity (namespace, uid, name) and reads per-claim errors from the response; a
 socket file replaced in the registry directory is a new registration.
+Not modelled: the real kubelet deletes its node's ResourceSlices when it starts and 30 s after a
+driver's last plugin deregisters; tests that need it delete the slice themselves.
 """
 
 from __future__ import annotations
