@@ -13,6 +13,7 @@ Tests: tests/unit/dra/test_slices*.py"""
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -85,7 +86,7 @@ def _device(g: model.GPU, step_mib: int, versions: Mapping[str, str | None]) -> 
             "memory": {"value": memory, "requestPolicy": {
                 "default": memory,
                 "validRange": {"min": f"{step_mib}Mi", "max": memory, "step": f"{step_mib}Mi"}}},
-            "cores": CORES,
+            "cores": copy.deepcopy(CORES),  # the caller's to change
         },
     }
 

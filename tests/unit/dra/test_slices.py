@@ -151,3 +151,10 @@ def test_what_a_real_server_stored_compares_equal_to_what_was_sent_unless_the_ga
     assert len(stored) == 4
     for name, obj in stored:
         assert same_devices(sent[obj["metadata"]["name"]], obj) == (not name.startswith("e1-"))
+
+
+def test_a_built_slice_is_the_callers_to_change():
+    first = build_slice("n", inventory(gpu(0)))
+    first["spec"]["devices"][0]["capacity"]["cores"].pop("requestPolicy")  # as the gate-off drop
+    again = build_slice("n", inventory(gpu(0)))
+    assert "requestPolicy" in again["spec"]["devices"][0]["capacity"]["cores"]
