@@ -15,7 +15,8 @@ The extender keeps results per pod shape and decides again only the nodes change
 (allocator/reuse.py): --bind places each pod on its best node between pods, untimed, as
 kube-scheduler's bind would (so every filter has changed nodes to decide again); --new-shapes
 names every pod's container anew, a shape never seen (nothing kept serves it: the slow path).
-Prints a table, or with --json one JSON object (p50_ms, p99_ms of filter+prioritize).
+Prints a table, or with --json one JSON object (p50_ms, p99_ms of filter+prioritize; also
+in_handler_p50_ms / _p99_ms: the part spent inside the extender's two handlers).
 Usage: python benchmarks/extender_bench.py [--nodes 5000 --gpus 8 --pods 40000 --rounds 30]
        [--offer 100] [--bind] [--new-shapes] [--json]
 """
@@ -114,9 +115,20 @@ def build(state: ExtenderState, nodes: int, gpus: int, pods: int, in_flight: int
         placed += 1
 
 
-def add_place_route(app: web.Application, ev: Evaluator) -> None:
+def add_bench_routes(app: web.Application, ev: Evaluator) -> None:
     """POST /bench/place {"Pod", "Node"}: hold the pod's placement there as bind does (the
-    node agent taken to answer at once: no flight), without the API writes."""
+    node agent taken to answer at once: no flight), without the API writes. GET /bench/spent:
+    the time each /filter and /prioritize spent inside the extender's handler since the last
+    ask (decoding and encoding included; HTTP parsing, the socket and the client not)."""
+    spent: list[float] = []
+
+    @web.middleware
+    async def clock(request: web.Request, handler: Any) -> web.StreamResponse:
+        t = time.perf_counter_ns()
+        response = await handler(request)
+        if request.path in ("/filter", "/prioritize"):
+            spent.append((time.perf_counter_ns() - t) / 1e6)
+        return response
 
     async def place(request: web.Request) -> web.Response:
         body = await request.json()
@@ -126,7 +138,14 @@ def add_place_route(app: web.Application, ev: Evaluator) -> None:
             ev.state.assume(pod_key(pod_), pod_["metadata"]["uid"], pl.assignment, None)
         return web.json_response({"placed": pl is not None})
 
+    async def times(request: web.Request) -> web.Response:
+        out = web.json_response(spent[:])
+        spent.clear()
+        return out
+
+    app.middlewares.append(clock)
     app.router.add_post("/bench/place", place)
+    app.router.add_get("/bench/spent", times)
 
 
 def serve(app: web.Application) -> tuple[int, int]:
@@ -186,7 +205,7 @@ def main() -> int:
     ev = Evaluator(state, parse_policy(a.policy))
     app = make_app(ev, None, metrics, ready=lambda: None,  # type: ignore[arg-type]
                    is_leader=lambda: True)
-    add_place_route(app, ev)
+    add_bench_routes(app, ev)
     port, child = serve(app)
     conn = http.client.HTTPConnection("127.0.0.1", port)
     conn.connect()
@@ -225,6 +244,9 @@ def main() -> int:
             if r:
                 times[shape].append(f_ms + p_ms)
                 fits[shape] = len(passed)
+    conn.request("GET", "/bench/spent")
+    spent = json.loads(conn.getresponse().read())[2 * len(SHAPES):]  # after the warm-up round
+    inside = [f + p for f, p in zip(spent[::2], spent[1::2], strict=True)]
     os.kill(child, signal.SIGTERM)
     os.waitpid(child, 0)
     every = [t for v in times.values() for t in v]
@@ -234,6 +256,8 @@ def main() -> int:
         "bind": a.bind, "placed": placed, "new_shapes": a.new_shapes,
         "p50_ms": round(pct(every, 0.5), 3), "p99_ms": round(pct(every, 0.99), 3),
         "max_ms": round(max(every), 3), "build_s": round(build_s, 1),
+        "in_handler_p50_ms": round(pct(inside, 0.5), 3),
+        "in_handler_p99_ms": round(pct(inside, 0.99), 3),
         "transport": "HTTP/1.1 keep-alive on 127.0.0.1, bodies pre-encoded",
         "python": platform.python_version(), "machine": platform.machine(),
         "shapes": {k: {"p50_ms": round(pct(v, 0.5), 3), "p99_ms": round(pct(v, 0.99), 3),
@@ -248,6 +272,8 @@ def main() -> int:
     for k, v in out["shapes"].items():
         print(f"{k:<14} {v['fitting_nodes']:>9} {v['p50_ms']:>8.2f} {v['p99_ms']:>8.2f}")
     print(f"{'all shapes':<14} {'':>9} {out['p50_ms']:>8.2f} {out['p99_ms']:>8.2f}")
+    print(f"{'in the handlers':<14} {'':>9} {out['in_handler_p50_ms']:>8.2f} "
+          f"{out['in_handler_p99_ms']:>8.2f}")
     return 0
 
 
