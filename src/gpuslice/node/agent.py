@@ -30,6 +30,7 @@ from typing import Any
 from aiohttp import web
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceSlice
 
 from gpuslice import codec, handoff, model, ops
 from gpuslice.dra import claims as dra_claims
@@ -38,6 +39,7 @@ from gpuslice.dra.plugin import ApiClaims, DraPlugin
 from gpuslice.dra.publisher import SlicePublisher
 from gpuslice.errors import EnvironmentProblem, GpusliceError
 from gpuslice.kube import errors as kerrors
+from gpuslice.kube.cache import Change, Informer
 from gpuslice.kube.patch import patch_metadata
 from gpuslice.node import allocate as alloc
 from gpuslice.node import regions, verify
@@ -120,6 +122,7 @@ class Agent:
         self.dra: DraPlugin | None = None
         self.dra_link: DraLink | None = None
         self.publisher: SlicePublisher | None = None
+        self.slice_watch: Informer[dict[str, Any]] | None = None
         self._slices_due = asyncio.Event()
         d = self.cfg.dra
         if not d.enabled:
@@ -139,6 +142,19 @@ class Agent:
                                         events=self.cluster.events,
                                         driver_version=first.driver_version,
                                         cuda_driver_version=first.cuda_driver_version)
+        # a slice deleted or edited by someone else (the kubelet deletes them when it starts,
+        # possibly after our registration's publish) is published again at once
+        self.slice_watch = Informer(client, ResourceSlice,
+                                    fields={"metadata.name": self.publisher.name},
+                                    handler=self._on_slice, name="resourceslices")
+
+    def _on_slice(self, change: Change[dict[str, Any]]) -> None:
+        """Publish again when the slice is gone or is not the version we last wrote."""
+        assert self.publisher is not None
+        seen = ((change.new or {}).get("metadata") or {}).get("resourceVersion")
+        ours = ((self.publisher.stored or {}).get("metadata") or {}).get("resourceVersion")
+        if change.new is None or seen != ours:
+            self._slices_due.set()
 
     # ---- what the plugins ask (plugin.Source)
     def gpus(self) -> tuple[model.GPU, ...]:
@@ -357,7 +373,8 @@ class Agent:
             self._every(1.0, self._gauges),
         ]
         if self.dra_link is not None:
-            loops += [self.dra_link.run(), self._publish_slices(),
+            assert self.slice_watch is not None
+            loops += [self.dra_link.run(), self._publish_slices(), self.slice_watch.run(),
                       self._every(DRA_SWEEP_S, self._dra_sweep)]
         tasks = [asyncio.create_task(c) for c in loops]
         log.info("node agent serving", extra={"node": self.cfg.node_name,

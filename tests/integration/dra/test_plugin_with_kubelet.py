@@ -268,3 +268,27 @@ async def test_a_kubelet_restart_wipes_the_slice_and_the_agent_publishes_it_agai
                            "the plugin (not inventoryIntervalSeconds later)", timeout=5)
         finally:
             await restarted.stop()
+
+
+async def test_a_slice_deleted_or_edited_behind_the_agents_back_is_published_again_at_once(
+        kube_api, raw):
+    """The kubelet's startup delete can land after the publish its registration triggered; an
+    admin can edit the slice: the agent watches its own slice and heals it, not 300 s later."""
+    slice_path = f"/apis/resource.k8s.io/v1/resourceslices/{NODE}-{DRIVER}"
+
+    async def devices() -> list[str] | None:
+        code, obj = await raw.call("GET", slice_path)
+        return [d["name"] for d in obj["spec"]["devices"]] if code == 200 else None
+
+    async with dra_node(kube_api):
+        await wait_for(devices, "slice published")
+        assert (await raw.call("DELETE", slice_path))[0] == 200
+        await wait_for(devices, "the deleted slice published again", timeout=5)
+        code, obj = await raw.call("GET", slice_path)
+        obj["spec"]["devices"] = obj["spec"]["devices"][:1]
+        assert (await raw.call("PUT", slice_path, obj))[0] == 200
+        await wait_for(lambda: _both(devices), "the edited slice restored", timeout=5)
+
+
+async def _both(devices: Any) -> bool:
+    return await devices() == ["gpu-0", "gpu-1"]
