@@ -284,7 +284,7 @@ async def test_a_slice_deleted_or_edited_behind_the_agents_back_is_published_aga
         await wait_for(devices, "slice published")
         assert (await raw.call("DELETE", slice_path))[0] == 200
         await wait_for(devices, "the deleted slice published again", timeout=5)
-        code, obj = await raw.call("GET", slice_path)
+        _, obj = await raw.call("GET", slice_path)
         obj["spec"]["devices"] = obj["spec"]["devices"][:1]
         assert (await raw.call("PUT", slice_path, obj))[0] == 200
         await wait_for(lambda: _both(devices), "the edited slice restored", timeout=5)
