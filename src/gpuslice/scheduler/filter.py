@@ -1,15 +1,17 @@
 """The `filter` verb: which of the offered nodes can take the pod, and why each other cannot.
 
 Owns: `Evaluator` (a pod against nodes, from the cache for names or from the given Node objects,
-the in-flight rule applied; the last result is kept for the `prioritize` that follows), the
-extender's own reasons (`WAITING`, `UNACCOUNTED`) and the reply to filter.
+the in-flight rule applied, its answers kept per node while that node's flights stay the same;
+the last result is kept for the `prioritize` that follows, with the allocator's kept scores),
+the extender's own reasons (`WAITING`, `UNACCOUNTED`) and the reply to filter.
 Does not: score (prioritize.py), reserve (bind.py; nothing here changes the state).
 Invariants: one short reason per cause, identical across nodes (kube-scheduler counts them);
 per-node numbers go to the log and the pod event. FailedAndUnresolvable: what preemption cannot
 cure (allocator's UNRESOLVABLE, a pod waited for, a node whose assignments cannot be counted).
 With full Nodes the answer comes from those objects' inventories and nothing is reserved.
 Failure: a pod the dialects reject raises RequestError; the route answers it in `Error`.
-Tests: tests/unit/scheduler/test_filter.py
+Tests: tests/unit/scheduler/test_filter.py, test_filter_flights.py,
+test_kept_answers_properties.py
 """
 
 from __future__ import annotations
@@ -76,8 +78,6 @@ class Evaluator:
         self._requests: dict[tuple[Any, Any], PodRequest] = {}
         self._seen: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # uid -> pod, bounded
         self._devices: dict[str, tuple[handoff.DeviceRequest, ...]] = {}
-        # (node, first request, shape) -> (the node's unstarted_by_first index, the in-flight
-        # rule's answer): the index is replaced whenever a pod in flight there changes
         self._blocked: dict[tuple[Any, ...], tuple[Mapping[Any, Any], Refusal | None]] = {}
         self._all_fit: tuple[Verdict, list[str]] | None = None  # see all_fit
 
@@ -221,20 +221,30 @@ class Evaluator:
                     shape = handoff.request_shape(requests, v.pod, _memory_per_gpu(v.pod, pl))
                     if size:
                         by_size[size] = shape
-            memo = self._blocked.get((name, first, shape))
-            if memo is not None and memo[0] is by and name != mine:
-                refusal = memo[1]  # the same flights there, a pod asking the same
-            else:
-                f = handoff.blocking_flight(requests, shape, flights, key=v.pod.key)
-                refusal = None if f is None else Refusal(
-                    WAITING.format(f.key), False, f"its first device request "
-                    f"{f.pending[0].resource}={f.pending[0].quantity} looks the same to the "
-                    "node agent")
-                if name != mine:  # (the pod's own flight never blocks it: keyed by the pod)
-                    self._blocked[name, first, shape] = (by, refusal)
+            refusal = self._waiting(name, by, requests, shape, v.pod.key, mine)
             if refusal is not None:
                 del fits[name]
                 v.failed[name] = refusal
+
+    def _waiting(self, name: str, by: Mapping[tuple[str, int], list[handoff.Flight]],
+                 requests: tuple[handoff.DeviceRequest, ...], shape: tuple[Any, ...], key: str,
+                 mine: str | None) -> Refusal | None:
+        """handoff.blocking_flight on node `name` as a refusal, kept per (node, first request,
+        shape) while the node's index `by` is the same object (state.py replaces it when a pod
+        in flight there changes); not kept where the asking pod is in flight itself (`mine`),
+        as a pod's own flight never blocks it."""
+        memo_key = (name, requests[0].resource, requests[0].quantity, shape)
+        memo = self._blocked.get(memo_key)
+        if memo is not None and memo[0] is by and name != mine:
+            return memo[1]
+        flights = by[(requests[0].resource, requests[0].quantity)]
+        f = handoff.blocking_flight(requests, shape, flights, key=key)
+        refusal = None if f is None else Refusal(
+            WAITING.format(f.key), False, f"its first device request {f.pending[0].resource}="
+            f"{f.pending[0].quantity} looks the same to the node agent")
+        if name != mine:
+            self._blocked[memo_key] = (by, refusal)
+        return refusal
 
 
 def _memory_per_gpu(pod: PodRequest, pl: Placement) -> dict[str, int]:
