@@ -2,7 +2,7 @@
 
 `python3 -m gpuslice.dra.proto.generate [OUT_DIR]` (default: this directory); the same
 generator as the device plugin's (gpuslice.node.proto.generate). Test:
-tests/unit/dra/test_plugin_proto_is_current.py regenerates into a temporary folder and compares.
+tests/unit/test_generated_protos_are_current.py regenerates into a temporary folder and compares.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `python3 -m gpuslice.node.proto.generate [OUT_DIR]` (default: this directory). grpcio-tools is a
 development dependency only; the agent needs just the generated files. Every generated file
 starts with `# ruff: noqa` (generated code is not ours to lint). Test:
-tests/unit/node/test_proto_is_current.py regenerates into a temporary folder and compares.
+tests/unit/test_generated_protos_are_current.py regenerates into a temporary folder and compares.
 """
 
 from __future__ import annotations
