@@ -99,6 +99,20 @@ class Binaries:
         return self.bin_dir / name
 
 
+BUILD_SKIP = "cannot build libgpuslice here: "  # the skip reason's prefix (+ cannot_build())
+
+
+def cannot_build() -> str | None:
+    """Why this machine cannot build the library (setup.py's rule), or None."""
+    inc = Path(CUDA_INCLUDE)
+    if not (inc / "cuda.h").is_file():
+        return f"no CUDA headers ({inc / 'cuda.h'} not found; set CUDA_HOME or CUDA_INCLUDE)"
+    for tool in ("make", os.environ.get("CC") or "cc"):
+        if shutil.which(tool) is None:
+            return f"no `{tool}` on PATH"
+    return None
+
+
 def build_all(bin_dir: Path) -> Binaries:
     """`make -C native`, `make -C native/fake`, then the probe programs into bin_dir."""
     san = [f"SANITIZE={SANITIZE}"] if SANITIZE else []

@@ -26,14 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "native"))
 
 from harness import (
     CUDA_ERROR_OUT_OF_MEMORY,
-    CUDA_INCLUDE,
     CUDA_SUCCESS,
-    Binaries,
-    BuildError,
     Harness,
     MiB,
     Result,
-    build_all,
     read_line,
 )
 
@@ -70,16 +66,6 @@ class OneClaim:
 
     async def set_devices(self, *args: Any) -> None:
         pass
-
-
-@pytest.fixture(scope="module")
-def binaries(tmp_path_factory) -> Binaries:
-    if not (Path(CUDA_INCLUDE) / "cuda.h").is_file() or shutil.which("make") is None:
-        pytest.skip(f"cannot build libgpuslice here (no {CUDA_INCLUDE}/cuda.h or no make)")
-    try:
-        return build_all(tmp_path_factory.mktemp("native-bin"))
-    except BuildError as exc:
-        pytest.fail(f"libgpuslice does not build:\n{exc}")
 
 
 @pytest.fixture

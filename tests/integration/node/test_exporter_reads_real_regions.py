@@ -17,13 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "native"))
 
 from harness import (
-    CUDA_INCLUDE,
-    Binaries,
-    BuildError,
     Harness,
     MiB,
     Spawned,
-    build_all,
     read_line,
 )
 
@@ -37,16 +33,6 @@ from gpuslice.shim import RegionSpec
 
 FAKE_GPU = "GPU-face0000-0000-0000-0000-000000000000"  # the fake driver's device 0
 UID = "0b6a1f9e-1111-4222-8333-444455556666"
-
-
-@pytest.fixture(scope="module")
-def binaries(tmp_path_factory) -> Binaries:
-    if not (Path(CUDA_INCLUDE) / "cuda.h").is_file() or shutil.which("make") is None:
-        pytest.skip(f"cannot build libgpuslice here (no {CUDA_INCLUDE}/cuda.h or no make)")
-    try:
-        return build_all(tmp_path_factory.mktemp("native-bin"))
-    except BuildError as exc:
-        pytest.fail(f"native build failed:\n{exc}", pytrace=False)
 
 
 def _metrics(collector: UsageCollector) -> dict[tuple[str, tuple], float]:
