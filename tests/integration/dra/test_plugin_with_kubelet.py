@@ -276,19 +276,15 @@ async def test_a_slice_deleted_or_edited_behind_the_agents_back_is_published_aga
     admin can edit the slice: the agent watches its own slice and heals it, not 300 s later."""
     slice_path = f"/apis/resource.k8s.io/v1/resourceslices/{NODE}-{DRIVER}"
 
-    async def devices() -> list[str] | None:
+    async def whole() -> bool:
         code, obj = await raw.call("GET", slice_path)
-        return [d["name"] for d in obj["spec"]["devices"]] if code == 200 else None
+        return code == 200 and [d["name"] for d in obj["spec"]["devices"]] == ["gpu-0", "gpu-1"]
 
     async with dra_node(kube_api):
-        await wait_for(devices, "slice published")
+        await wait_for(whole, "slice published")
         assert (await raw.call("DELETE", slice_path))[0] == 200
-        await wait_for(devices, "the deleted slice published again", timeout=5)
+        await wait_for(whole, "the deleted slice published again", timeout=5)
         _, obj = await raw.call("GET", slice_path)
         obj["spec"]["devices"] = obj["spec"]["devices"][:1]
         assert (await raw.call("PUT", slice_path, obj))[0] == 200
-        await wait_for(lambda: _both(devices), "the edited slice restored", timeout=5)
-
-
-async def _both(devices: Any) -> bool:
-    return await devices() == ["gpu-0", "gpu-1"]
+        await wait_for(whole, "the edited slice restored", timeout=5)
