@@ -90,7 +90,7 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
                                       FailedNodes=reply.FailedNodes,
                                       FailedAndUnresolvableNodes=reply.FailedAndUnresolvableNodes)
         elif not reply.NodeNames and names:  # (full Nodes come from simulations: no event)
-            top = Counter(verdict.failed[n].reason for n in names).most_common(1)[0][0]
+            top = Counter(verdict.refusal(n).reason for n in names).most_common(1)[0][0]
             metrics.refused.labels("waiting for an in-flight pod"
                                    if top.startswith("waiting for pod") else top).inc()
             if recorder is not None and is_leader():

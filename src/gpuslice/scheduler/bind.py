@@ -137,7 +137,7 @@ class Binder:
         v = self.ev.cached(pod, [args.Node])
         placement = v.fits.get(args.Node)
         if placement is None:
-            r = v.failed[args.Node]
+            r = v.refusal(args.Node)
             raise BindFailed(f"the pod no longer fits there: {r.reason} ({r.detail})")
         annotations = {codec.ASSIGNMENT_ANNOTATION: codec.encode_assignment(placement.assignment),
                        handoff.BOUND_AT: handoff.format_time(self.clock())}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
-from itertools import compress, filterfalse
+from itertools import compress
 from operator import attrgetter, not_
 from typing import Any
 
@@ -54,15 +54,28 @@ Refused = Rejection | Refusal  # a Rejection words its detail only when it is re
 
 
 class Verdict:
-    """A pod against some nodes: `fits` (node -> placement) and `failed` (node -> refusal);
-    `scores` as the allocator's FilterResult.scores (None: ask ClusterState.prioritize)."""
+    """A pod against some nodes: `fits` (node -> placement) and `failed` (node -> refusal; a
+    name the inventory does not know is in neither, `refusal` words it); `scores` as the
+    allocator's FilterResult.scores (None: ask ClusterState.prioritize), which may still
+    score the nodes in `dropped` (refused by the in-flight rule after scoring); `every`: every
+    cached node was decided, so any offered name is answered."""
 
-    __slots__ = ("failed", "fits", "pod", "scores")
+    __slots__ = ("dropped", "every", "failed", "fits", "pod", "scores")
 
     def __init__(self, pod: PodRequest, fits: dict[str, Placement],
                  failed: dict[str, Refused],
-                 scores: Callable[[], Mapping[str, int] | None] | None = None) -> None:
+                 scores: Callable[[], Mapping[str, int] | None] | None = None, *,
+                 every: bool = False) -> None:
         self.pod, self.fits, self.failed, self.scores = pod, fits, failed, scores
+        self.every = every
+        self.dropped: list[str] = []
+
+    def refusal(self, name: str) -> Refused:
+        """Why node `name` cannot take the pod (it must not be in `fits`)."""
+        return self.failed.get(name) or no_inventory(name)
+
+    def covers(self, names: list[str]) -> bool:
+        return self.every or all(n in self.fits or n in self.failed for n in names)
 
 
 class Evaluator:
@@ -78,8 +91,8 @@ class Evaluator:
         self._requests: dict[tuple[Any, Any], PodRequest] = {}
         self._seen: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # uid -> pod, bounded
         self._devices: dict[str, tuple[handoff.DeviceRequest, ...]] = {}
-        self._blocked: dict[tuple[Any, ...], tuple[Mapping[Any, Any], Refusal | None]] = {}
-        self._all_fit: tuple[Verdict, list[str]] | None = None  # see all_fit
+        # (device requests, shape) -> node -> (its in-flight index, refusal): see _hand_off
+        self._blocked: dict[tuple[Any, ...], dict[str, tuple[Any, Refusal | None]]] = {}
 
     def ours(self, pod: Mapping[str, Any]) -> bool:
         """Whether the pod is scheduled by our profile (else the extender has no opinion)."""
@@ -113,34 +126,23 @@ class Evaluator:
         key = (meta.get("uid"), meta.get("resourceVersion"), self.state.generation)
         now = time.monotonic()
         last = self._last
-        if last is not None and last[0] == key and now - last[1] < _CACHE_S:
-            v = last[2]
-            if all(map(v.fits.__contains__, names)):  # prioritize: the names that passed
-                self._all_fit = (v, names)
-                return v
-            if all(n in v.fits or n in v.failed for n in names):
-                return v
+        if last is not None and last[0] == key and now - last[1] < _CACHE_S \
+                and last[2].covers(names):
+            return last[2]
         req = self.request(pod)
         cluster = self.state.cluster
-        if len(names) * 2 >= self.state.node_count():  # most nodes: the column path
+        every = len(names) * 2 >= self.state.node_count()  # most nodes: the column path
+        if every:
             fr = cluster.filter(req, self.policy)
         else:
             fr = cluster.filter(req, self.policy, [n for n in names
                                                    if self.state.has_inventory(n)])
-        fits = fr.fits  # fresh dicts: ours to change
-        failed: dict[str, Refused] = fr.failed  # type: ignore[assignment]
-        for n in [n for n in filterfalse(fits.__contains__, names) if n not in failed]:
-            failed[n] = no_inventory(n)  # the GPU inventory does not know it
-        verdict = Verdict(req, fits, failed, fr.scores)
+        # fresh dicts: ours to change; names the inventory lacks are refused by Verdict.refusal
+        verdict = Verdict(req, fr.fits, fr.failed, fr.scores,  # type: ignore[arg-type]
+                          every=every)
         self._hand_off(pod, verdict, cached=True)
         self._last = (key, now, verdict)
         return verdict
-
-    def all_fit(self, v: Verdict, names: list[str]) -> bool:
-        """Whether every name is in `v.fits` (known at once when `cached` just tested it)."""
-        done = self._all_fit
-        return (done is not None and done[0] is v and done[1] is names) or all(
-            map(v.fits.__contains__, names))
 
     def _device_requests(self, pod: Mapping[str, Any]) -> tuple[handoff.DeviceRequest, ...]:
         """handoff.device_requests, once per pod (a pod's containers never change)."""
@@ -189,62 +191,75 @@ class Evaluator:
         if cached:
             for name in self.state.nodes_waiting():
                 if name in fits:
-                    del fits[name]
-                    v.failed[name] = Refusal(UNACCOUNTED, False, f"{self.state.waiting(name)} "
-                                             "pod(s) on this node hold slices its inventory "
-                                             "cannot hold")
+                    self._drop(v, name, Refusal(UNACCOUNTED, False, f"{self.state.waiting(name)} "
+                                                "pod(s) on this node hold slices its inventory "
+                                                "cannot hold"))
         flying = [n for n in self.state.nodes_with_flights() if n in fits]
         if not flying:
             return
         requests = self._device_requests(pod)
         if not requests:
             return
-        first = (requests[0].resource, requests[0].quantity)
         fixed = {s.container: s.memory_mib for s in v.pod.slices}  # None: percent of the GPU
         same = (handoff.request_shape(requests, v.pod, fixed)  # type: ignore[arg-type]
                 if None not in fixed.values() else None)  # absolute memory: one shape anywhere
-        by_size: dict[int, tuple[Any, ...]] = {}  # percent: the shape on nodes of one GPU size
         mine = self.state.flight_node(v.pod.key)  # where the pod is in flight itself, if anywhere
-        if len(self._blocked) > 16 * self.state.node_count():
+        if len(self._blocked) > 64:
             self._blocked.clear()
-        for name in flying:
-            by = self.state.unstarted_by_first(name)
-            flights = by.get(first)
-            if not flights or all(f.shape == same for f in flights):
-                continue  # nothing there the node agent could confuse with this pod
-            shape = same
-            if shape is None:
-                pl = fits[name]
-                size = pl.snapshot.uniform_mem
-                shape = by_size.get(size) if size else None
-                if shape is None:
-                    shape = handoff.request_shape(requests, v.pod, _memory_per_gpu(v.pod, pl))
-                    if size:
-                        by_size[size] = shape
-            refusal = self._waiting(name, by, requests, shape, v.pod.key, mine)
+        # kept per node while the node's index is the same object (state.py replaces it when a
+        # pod in flight there changes); never where the pod is in flight itself, as a pod's
+        # own flight never blocks it
+        kept = self._blocked.setdefault(_request_key(requests, v.pod), {})
+        by_size: dict[int, tuple[Any, ...]] = {}  # percent: the shape on nodes of one GPU size
+        for name, by in zip(flying, self.state.unstarted_on(flying), strict=True):
+            got = kept.get(name)
+            if got is not None and got[0] is by and name != mine:
+                refusal = got[1]
+            else:
+                refusal, keep = _blocking(name, by, requests, same, v, by_size)
+                if keep and name != mine:
+                    kept[name] = (by, refusal)
             if refusal is not None:
-                del fits[name]
-                v.failed[name] = refusal
+                self._drop(v, name, refusal)
 
-    def _waiting(self, name: str, by: Mapping[tuple[str, int], list[handoff.Flight]],
-                 requests: tuple[handoff.DeviceRequest, ...], shape: tuple[Any, ...], key: str,
-                 mine: str | None) -> Refusal | None:
-        """handoff.blocking_flight on node `name` as a refusal, kept per (node, first request,
-        shape) while the node's index `by` is the same object (state.py replaces it when a pod
-        in flight there changes); not kept where the asking pod is in flight itself (`mine`),
-        as a pod's own flight never blocks it."""
-        memo_key = (name, requests[0].resource, requests[0].quantity, shape)
-        memo = self._blocked.get(memo_key)
-        if memo is not None and memo[0] is by and name != mine:
-            return memo[1]
-        flights = by[(requests[0].resource, requests[0].quantity)]
-        f = handoff.blocking_flight(requests, shape, flights, key=key)
-        refusal = None if f is None else Refusal(
-            WAITING.format(f.key), False, f"its first device request {f.pending[0].resource}="
-            f"{f.pending[0].quantity} looks the same to the node agent")
-        if name != mine:
-            self._blocked[memo_key] = (by, refusal)
-        return refusal
+    @staticmethod
+    def _drop(v: Verdict, name: str, refusal: Refusal) -> None:
+        del v.fits[name]
+        v.failed[name] = refusal
+        v.dropped.append(name)
+
+
+def _request_key(requests: tuple[handoff.DeviceRequest, ...], pod: PodRequest) -> tuple[Any, ...]:
+    """What the in-flight rule reads of a pod on a given node: per GPU container, in order, its
+    device request and its slices as asked (percent or MiB), container names left out."""
+    by_name = {s.container: s for s in pod.slices}
+    return tuple((r.resource, r.quantity, r.kind) + (
+        (s.priority, s.count, s.memory_mib, s.memory_percent, s.cores) if s else ())
+        for r in requests for s in (by_name.get(r.container),))
+
+
+def _blocking(name: str, by: Mapping[tuple[str, int], list[handoff.Flight]],
+              requests: tuple[handoff.DeviceRequest, ...], same: tuple[Any, ...] | None,
+              v: Verdict, by_size: dict[int, tuple[Any, ...]]) -> tuple[Refusal | None, bool]:
+    """handoff.blocking_flight on node `name` as a refusal, and whether it may be kept (not
+    where a percent request's shape came from this placement: a node of mixed GPU sizes)."""
+    flights = by.get((requests[0].resource, requests[0].quantity))
+    if not flights or all(f.shape == same for f in flights):
+        return None, True  # nothing there the node agent could confuse with this pod
+    shape, keep = same, True
+    if shape is None:
+        pl = v.fits[name]
+        size = pl.snapshot.uniform_mem
+        shape = by_size.get(size) if size else None
+        if shape is None:
+            shape = handoff.request_shape(requests, v.pod, _memory_per_gpu(v.pod, pl))
+            if size:
+                by_size[size] = shape
+        keep = bool(size)
+    f = handoff.blocking_flight(requests, shape, flights, key=v.pod.key)
+    return None if f is None else Refusal(
+        WAITING.format(f.key), False, f"its first device request {f.pending[0].resource}="
+        f"{f.pending[0].quantity} looks the same to the node agent"), keep
 
 
 def _memory_per_gpu(pod: PodRequest, pl: Placement) -> dict[str, int]:
@@ -261,31 +276,34 @@ def _memory_per_gpu(pod: PodRequest, pl: Placement) -> dict[str, int]:
 
 def filter_reply(v: Verdict, names: list[str]) -> wire.FilterResult:
     """The reply for NodeNames (names in request order); the route swaps in Nodes if needed."""
-    fits, refused = v.fits, v.failed
-    # runs for every node on every scheduling attempt: the name tests stay in C (filter)
-    passed = list(filter(fits.__contains__, names))
-    failed: dict[str, str] = {}
-    unresolvable: dict[str, str] = {}
-    if len(passed) < len(names):
-        out = list(filterfalse(fits.__contains__, names))  # no per-name Python below either
-        why = list(map(refused.__getitem__, out))
-        curable = list(map(_RESOLVABLE, why))
-        failed = dict(zip(compress(out, curable), map(_REASON, compress(why, curable)),
-                          strict=True))
-        cured = list(map(not_, curable))
-        unresolvable = dict(zip(compress(out, cured), map(_REASON, compress(why, cured)),
-                                strict=True))
-    return wire.FilterResult(NodeNames=passed, FailedNodes=failed,
-                             FailedAndUnresolvableNodes=unresolvable)
+    # runs for every node on every scheduling attempt: one hashing pass over the fresh names,
+    # the rest in C too (compress, map)
+    fit = list(map(v.fits.__contains__, names))
+    if False not in fit:
+        return wire.FilterResult(NodeNames=names)
+    out = list(compress(names, map(not_, fit)))
+    why = list(map(v.failed.get, out))
+    if not all(why):  # names the inventory does not know (`None in` would call __eq__)
+        why = [w or no_inventory(n) for n, w in zip(out, why, strict=True)]
+    curable = list(map(_RESOLVABLE, why))
+    cured = list(map(not_, curable))
+    return wire.FilterResult(NodeNames=list(compress(names, fit)),
+                             FailedNodes=_reasons(out, why, curable),
+                             FailedAndUnresolvableNodes=_reasons(out, why, cured))
+
+
+def _reasons(names: list[str], why: list[Refused], keep: list[bool]) -> dict[str, str]:
+    return dict(zip(compress(names, keep), map(_REASON, compress(why, keep)), strict=True))
 
 
 def unfit_message(v: Verdict, names: list[str], limit: int = 3) -> str:
     """`0/N nodes can take the GPU request: 3 insufficient GPU memory (node-a: …), …`."""
-    counts = Counter(v.failed[n].reason for n in names if n in v.failed)
+    why = {n: v.refusal(n) for n in names if n not in v.fits}
+    counts = Counter(r.reason for r in why.values())
     parts = []
     for reason, count in counts.most_common(limit):
-        example = next(n for n in names if n in v.failed and v.failed[n].reason == reason)
-        parts.append(f"{count} {reason} ({example}: {v.failed[example].detail})")
+        example = next(n for n, r in why.items() if r.reason == reason)
+        parts.append(f"{count} {reason} ({example}: {why[example].detail})")
     more = sum(counts.values()) - sum(c for _, c in counts.most_common(limit))
     tail = f", {more} other" if more else ""
     return f"0/{len(names)} nodes can take the GPU request: {', '.join(parts)}{tail}"

@@ -12,6 +12,8 @@ Tests: tests/unit/scheduler/test_prioritize.py
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from gpuslice.scheduler import wire
 from gpuslice.scheduler.filter import Evaluator, Verdict
 
@@ -19,12 +21,14 @@ __all__ = ["prioritize_reply"]
 
 
 def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str]) -> list[wire.HostPriority]:
-    fits = v.fits
     scores = v.scores() if v.scores is not None else None  # kept with the filter's result
     if scores is None:
+        fits = v.fits
         if len(names) * 2 < len(fits):  # a few of the fits offered: score only those
             fits = {n: fits[n] for n in names if n in fits}
         scores = ev.state.cluster.prioritize(v.pod, ev.policy, fits) if fits else {}
-    elif not ev.all_fit(v, names):  # `scores` may cover more nodes than `fits`
-        scores = {n: scores[n] for n in names if n in fits}
-    return list(map(wire.HostPriority, names, map(scores.get, names, [0] * len(names))))
+    elif v.dropped:  # kept scores still score the nodes the in-flight rule refused
+        scores = dict(scores)
+        for n in v.dropped:
+            scores.pop(n, None)
+    return list(map(wire.HostPriority, names, map(scores.get, names, repeat(0))))

@@ -245,6 +245,17 @@ class ExtenderState:
         self._unstarted[node] = (min((f.bound_at for f in flights), default=math.inf), by)
         return by
 
+    def unstarted_on(self, nodes: Iterable[str]) -> list[Mapping[tuple[str, int],
+                                                               list[handoff.Flight]]]:
+        """`unstarted_by_first` of each node (one clock read for the kept ones)."""
+        old = self.clock() - self.timeout_s
+        kept = self._unstarted.get
+        out = []
+        for n in nodes:
+            got = kept(n)
+            out.append(got[1] if got is not None and got[0] > old else self.unstarted_by_first(n))
+        return out
+
     def flight_node(self, key: str) -> str | None:
         """The node where pod `key` may be in flight (`flights` says whether it is, now)."""
         return self._flies_on.get(key)

@@ -147,3 +147,4 @@ def decode(body: bytes, kind: type[T]) -> T:
 
 def encode(obj: object) -> bytes:
     return _ENCODER.encode(obj)
+
