@@ -232,8 +232,10 @@ def request_shape(requests: tuple[DeviceRequest, ...], pod: model.PodRequest,
                  for r in requests)
 
 
-def flight_of(pod: Mapping[str, Any], now: float, timeout_s: float) -> Flight | None:
-    """The pod's Flight if it is in flight on its node now, else None (never raises)."""
+def flight_of(pod: Mapping[str, Any], now: float, timeout_s: float,
+              requests: tuple[DeviceRequest, ...] | None = None) -> Flight | None:
+    """The pod's Flight if it is in flight on its node now, else None (never raises).
+    `requests`: the pod's device_requests, when the caller has them already."""
     meta = pod.get("metadata")
     status = pod.get("status")
     if not isinstance(meta, Mapping) or meta.get("deletionTimestamp"):
@@ -249,7 +251,7 @@ def flight_of(pod: Mapping[str, Any], now: float, timeout_s: float) -> Flight | 
     try:
         assignment = codec.decode_assignment(ann[codec.ASSIGNMENT_ANNOTATION])
         parsed = dialects.parse_pod(pod)
-        requests = device_requests(pod)
+        requests = device_requests(pod) if requests is None else requests
     except (CodecError, RequestError):
         return None
     raw = ann.get(ALLOCATED)

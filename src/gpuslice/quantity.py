@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 from gpuslice.errors import GpusliceError, brief
 
@@ -87,6 +88,11 @@ def parse_quantity(text: str | int | float, *, field: str = "quantity") -> Fract
             field, text, f"expected a quantity string, got {type(text).__name__}",
             'write a number such as "1", "500m" or "4Gi"',
         )
+    return _parse_text(text, field)
+
+
+@lru_cache(maxsize=4096)  # a cluster writes few distinct quantities, each pod event reads ~10
+def _parse_text(text: str, field: str) -> Fraction:
     m = _QUANTITY.fullmatch(text)
     if m is None or not (m["int"] or m["frac"]):
         raise _fail(

@@ -143,7 +143,8 @@ class Binder:
                        handoff.BOUND_AT: handoff.format_time(self.clock())}
         meta = pod.get("metadata") or {}
         flight = handoff.flight_of({**pod, "metadata": {**meta, "annotations": {
-            **(meta.get("annotations") or {}), **annotations}}}, 0.0, math.inf)
+            **(meta.get("annotations") or {}), **annotations}}}, 0.0, math.inf,
+            self.ev.device_requests(pod))
         try:
             self.state.assume(key, args.PodUID, placement.assignment, flight)
         except AllocationError as exc:

@@ -38,7 +38,8 @@ __all__ = ["UNACCOUNTED", "WAITING", "Evaluator", "Verdict", "filter_reply", "un
 WAITING = "waiting for pod {} to be allocated on this node"
 UNACCOUNTED = "node has GPU assignments gpuslice cannot account for"
 _CACHE_S = 2.0  # a filter's result serves the prioritize that follows, if nothing changed
-_REQUESTS = 1024  # parsed pods kept (filter, prioritize and bind parse the same pod)
+_REQUESTS = 4096  # parsed pods kept (filter, prioritize and bind parse the same pod; a burst
+# of pods created at once is filtered before the first is bound)
 _REASON, _RESOLVABLE = attrgetter("reason"), attrgetter("resolvable")
 
 
@@ -144,7 +145,7 @@ class Evaluator:
         self._last = (key, now, verdict)
         return verdict
 
-    def _device_requests(self, pod: Mapping[str, Any]) -> tuple[handoff.DeviceRequest, ...]:
+    def device_requests(self, pod: Mapping[str, Any]) -> tuple[handoff.DeviceRequest, ...]:
         """handoff.device_requests, once per pod (a pod's containers never change)."""
         uid = (pod.get("metadata") or {}).get("uid")
         got = self._devices.get(uid) if uid else None
@@ -197,7 +198,7 @@ class Evaluator:
         flying = [n for n in self.state.nodes_with_flights() if n in fits]
         if not flying:
             return
-        requests = self._device_requests(pod)
+        requests = self.device_requests(pod)
         if not requests:
             return
         fixed = {s.container: s.memory_mib for s in v.pod.slices}  # None: percent of the GPU
