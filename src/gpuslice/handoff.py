@@ -232,10 +232,12 @@ def request_shape(requests: tuple[DeviceRequest, ...], pod: model.PodRequest,
                  for r in requests)
 
 
-def flight_of(pod: Mapping[str, Any], now: float, timeout_s: float,
+def flight_of(pod: Mapping[str, Any], now: float, timeout_s: float, *,
+              parsed: model.PodRequest | None = None,
               requests: tuple[DeviceRequest, ...] | None = None) -> Flight | None:
     """The pod's Flight if it is in flight on its node now, else None (never raises).
-    `requests`: the pod's device_requests, when the caller has them already."""
+    `parsed`, `requests`: its parse_pod (any defaults: the flight reads only its name, uid and
+    priorities) and device_requests, when the caller has them already."""
     meta = pod.get("metadata")
     status = pod.get("status")
     if not isinstance(meta, Mapping) or meta.get("deletionTimestamp"):
@@ -250,7 +252,7 @@ def flight_of(pod: Mapping[str, Any], now: float, timeout_s: float,
         return None
     try:
         assignment = codec.decode_assignment(ann[codec.ASSIGNMENT_ANNOTATION])
-        parsed = dialects.parse_pod(pod)
+        parsed = dialects.parse_pod(pod) if parsed is None else parsed
         requests = device_requests(pod) if requests is None else requests
     except (CodecError, RequestError):
         return None

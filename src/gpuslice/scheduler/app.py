@@ -56,7 +56,8 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
     """`starting()` says why the cache cannot answer yet (None once synced): until then every
     verb answers an error, which kube-scheduler retries, never a wrong "no GPU inventory"."""
 
-    async def evaluate(request: web.Request) -> tuple[wire.ExtenderArgs, Verdict, list[str]]:
+    async def evaluate(request: web.Request, *, as_filtered: bool = False
+                       ) -> tuple[wire.ExtenderArgs, Verdict, list[str]]:
         not_yet = starting()
         if not_yet is not None:
             raise _Starting(not_yet)
@@ -64,7 +65,8 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
         if not ev.ours(args.Pod):
             raise _NotOurs(args)
         if args.NodeNames is not None:
-            return args, ev.cached(args.Pod, args.NodeNames), args.NodeNames
+            return args, ev.cached(args.Pod, args.NodeNames, as_filtered=as_filtered), \
+                args.NodeNames
         if args.Nodes is not None:
             verdict, names = ev.given(args.Pod, args.Nodes)
             return args, verdict, names
@@ -103,7 +105,7 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
     async def prioritize(request: web.Request) -> web.Response:
         t0 = time.perf_counter()
         try:
-            _, verdict, names = await evaluate(request)
+            _, verdict, names = await evaluate(request, as_filtered=True)
             reply = prioritize_reply(ev, verdict, names)
         except wire.WireError as exc:
             return web.Response(status=400, text=f"{exc}\n")

@@ -144,7 +144,7 @@ class Binder:
         meta = pod.get("metadata") or {}
         flight = handoff.flight_of({**pod, "metadata": {**meta, "annotations": {
             **(meta.get("annotations") or {}), **annotations}}}, 0.0, math.inf,
-            self.ev.device_requests(pod))
+            parsed=v.pod, requests=self.ev.device_requests(pod))
         try:
             self.state.assume(key, args.PodUID, placement.assignment, flight)
         except AllocationError as exc:

@@ -38,6 +38,7 @@ __all__ = ["UNACCOUNTED", "WAITING", "Evaluator", "Verdict", "filter_reply", "un
 WAITING = "waiting for pod {} to be allocated on this node"
 UNACCOUNTED = "node has GPU assignments gpuslice cannot account for"
 _CACHE_S = 2.0  # a filter's result serves the prioritize that follows, if nothing changed
+_RECENT = 16  # pods whose last answer is kept for that
 _REQUESTS = 4096  # parsed pods kept (filter, prioritize and bind parse the same pod; a burst
 # of pods created at once is filtered before the first is bound)
 _REASON, _RESOLVABLE = attrgetter("reason"), attrgetter("resolvable")
@@ -88,7 +89,9 @@ class Evaluator:
         self.state, self.policy = state, policy
         self.defaults = defaults or dialects.Defaults()
         self.scheduler_name = scheduler_name
-        self._last: tuple[tuple[Any, ...], float, Verdict] | None = None
+        # (uid, resourceVersion) -> (state generation, when, verdict): the last few pods' answers
+        # (bind calls for other pods come between one pod's filter and its prioritize)
+        self._recent: OrderedDict[tuple[Any, Any], tuple[int, float, Verdict]] = OrderedDict()
         self._requests: dict[tuple[Any, Any], PodRequest] = {}
         self._seen: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # uid -> pod, bounded
         self._devices: dict[str, tuple[handoff.DeviceRequest, ...]] = {}
@@ -120,15 +123,17 @@ class Evaluator:
         """The latest version of the pod a filter/prioritize/bind call carried, if any."""
         return self._seen.get(uid)
 
-    def cached(self, pod: Mapping[str, Any], names: list[str]) -> Verdict:
-        """`names` against the cache; reuses the previous call's result for the same pod while
-        the state is unchanged (prioritize right after filter)."""
+    def cached(self, pod: Mapping[str, Any], names: list[str], *,
+               as_filtered: bool = False) -> Verdict:
+        """`names` against the cache; reuses the previous call's result for the same pod
+        version while the state is unchanged, or, `as_filtered`, even if other pods were placed
+        since (prioritize right after filter scores what the filter saw; bind checks again)."""
         meta = pod.get("metadata") or {}
-        key = (meta.get("uid"), meta.get("resourceVersion"), self.state.generation)
+        key, generation = (meta.get("uid"), meta.get("resourceVersion")), self.state.generation
         now = time.monotonic()
-        last = self._last
-        if last is not None and last[0] == key and now - last[1] < _CACHE_S \
-                and last[2].covers(names):
+        last = self._recent.get(key)
+        if last is not None and (last[0] == generation or as_filtered) \
+                and now - last[1] < _CACHE_S and last[2].covers(names):
             return last[2]
         req = self.request(pod)
         cluster = self.state.cluster
@@ -142,7 +147,10 @@ class Evaluator:
         verdict = Verdict(req, fr.fits, fr.failed, fr.scores,  # type: ignore[arg-type]
                           every=every)
         self._hand_off(pod, verdict, cached=True)
-        self._last = (key, now, verdict)
+        self._recent.pop(key, None)
+        self._recent[key] = (generation, now, verdict)
+        if len(self._recent) > _RECENT:
+            self._recent.popitem(last=False)
         return verdict
 
     def device_requests(self, pod: Mapping[str, Any]) -> tuple[handoff.DeviceRequest, ...]:

@@ -2,12 +2,13 @@
 
 Owns: the prioritize reply (every offered node once, in request order; 0 where the pod does not
 fit, which the filter has already refused).
-Does not: decide fit (filter.py's Evaluator, whose result for the same pod is reused) or choose
-GPUs (bind.py).
+Does not: decide fit (filter.py's Evaluator, whose result for the same pod version is reused
+for up to 2 s, even when other pods were placed in between: the scores are what the filter saw,
+and bind checks the chosen node again) or choose GPUs (bind.py).
 Invariants: scores are the allocator's (ClusterState.prioritize, or the same scores kept with the
 filter's result: the node policy applied to how full the node will be with the pod), so
 prioritize and `gpuslice simulate` agree.
-Tests: tests/unit/scheduler/test_prioritize.py
+Tests: tests/unit/scheduler/test_filter.py, test_app.py, test_kept_answers_properties.py
 """
 
 from __future__ import annotations

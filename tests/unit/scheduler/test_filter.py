@@ -100,6 +100,18 @@ def test_prioritize_scores_every_offered_node_by_policy():
         assert all(0 <= s <= 10 for s in got.values())
 
 
+def test_prioritize_scores_what_the_filter_saw_even_after_another_pod_was_placed():
+    ev = evaluator(node("n1"), node("n2"))
+    p, names = pod("p", mem=1024), ["n1", "n2"]
+    seen = ev.cached(p, names)
+    ev.state.on_pod("ADDED", assigned(pod("other", mem=4096), "n1", ["GPU-n1-0"],
+                                      allocated="main"))
+    assert ev.cached(p, names, as_filtered=True) is seen, "prioritize reuses the filter's answer"
+    fresh = ev.cached(p, names)
+    assert fresh is not seen, "filter and bind decide on the state as it is now"
+    assert fresh.fits["n1"].fullness() > seen.fits["n1"].fullness()
+
+
 def test_full_nodes_are_answered_from_their_own_objects_and_echoed_back():
     ev = evaluator()  # the cache knows no node: the objects alone decide
     nodes = wire.NodeList(items=[msgspec.Raw(json.dumps(n).encode())
