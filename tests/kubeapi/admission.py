@@ -48,8 +48,8 @@ class Admission:
         """Run every matching webhook on `obj`; return it mutated, with the warnings."""
         warnings: list[str] = []
         for config_path, mutating in ((CONFIGS[0], True), (CONFIGS[1], False)):
-            configs, _, _ = self.store.list(BY_PATH[config_path], None, lambda _o: True)
-            for config in configs:
+            configs = self.store.objects[BY_PATH[config_path].key]  # as a list would order them
+            for _, config in sorted(configs.items()):
                 for hook in config.get("webhooks") or []:
                     if not self._matches(hook, rt, ns, obj):
                         continue

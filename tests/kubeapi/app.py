@@ -194,11 +194,11 @@ class ApiApp:
                 body = await _body(request)
                 _check_kind(t.rt, body)
                 _check_namespace(t, body)
-                body, warnings = await self.admission.create(
-                    t.rt, t.namespace, store.admission_view(t.rt, t.namespace, body, manager),
-                    manager=manager, dry_run=dry_run)
+                view = store.admission_view(t.rt, t.namespace, body, manager)
+                body, warnings = await self.admission.create(t.rt, t.namespace, view,
+                                                             manager=manager, dry_run=dry_run)
                 obj = store.create(t.rt, t.namespace, body, manager=manager, dry_run=dry_run,
-                                   admitted=True)
+                                   admitted=view)
                 response = reply(obj, 201)
                 for warning in warnings:
                     response.headers.add("Warning", f'299 - "{warning}"')

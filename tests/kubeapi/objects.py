@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from datetime import UTC, datetime
+import time
 from typing import Any
 
 from . import dra_validation, errors
@@ -44,6 +44,17 @@ DEFAULT_TOLERATIONS = [
     {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
      "tolerationSeconds": 300},
 ]
+
+
+def now_rfc3339() -> str:
+    """Now in UTC to the second, as metadata timestamps are (formatted once a second)."""
+    second = int(time.time())
+    if second != _clock[0]:
+        _clock[:] = [second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))]
+    return str(_clock[1])
+
+
+_clock: list[Any] = [-1, ""]  # (the second, its text)
 
 
 def default(rt: ResourceType, obj: Obj) -> Obj:
@@ -111,12 +122,13 @@ def _qos(spec: Obj) -> str:
     return "BestEffort" if not any_set else "Guaranteed" if guaranteed else "Burstable"
 
 
-def validate(rt: ResourceType, obj: Obj) -> None:
-    """Raise 422 Invalid listing every problem found, as field.ErrorList does."""
+def validate(rt: ResourceType, obj: Obj, *, stored_spec: bool = False) -> None:
+    """Raise 422 Invalid listing every problem found, as field.ErrorList does.
+    `stored_spec`: the spec equals the stored object's, which passed when it was written."""
     meta = obj.get("metadata") or {}
     name = meta.get("name") or ""
     causes: list[Cause] = _validate_meta(rt, meta)
-    if rt.kind == "Pod":
+    if rt.kind == "Pod" and not stored_spec:
         causes += _validate_pod_spec(obj.get("spec"))
     if rt.kind == "Secret":
         causes += _validate_secret_data(obj.get("data") or {})
@@ -292,7 +304,7 @@ def with_managed_fields(meta: Obj, obj: Obj, manager: str, operation: str,
     entry: Obj = {
         "manager": manager or "unknown", "operation": operation,
         "apiVersion": obj.get("apiVersion", "v1"),
-        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "fieldsType": "FieldsV1",
+        "time": now_rfc3339(), "fieldsType": "FieldsV1",
         "fieldsV1": _fields_v1(obj, subresource),
     }
     if subresource:
@@ -319,7 +331,9 @@ def _fields_v1(obj: Obj, subresource: str) -> Obj:
 def _owned(value: Any, top: bool = False) -> Obj:
     if isinstance(value, dict) and value:
         out: Obj = {} if top else {".": {}}
-        out.update({f"f:{k}": _owned(v) for k, v in value.items() if not k.startswith("$")})
+        for k, v in value.items():  # most values are leaves: {} without a call
+            if k[:1] != "$":
+                out["f:" + k] = _owned(v) if v and isinstance(v, dict | list) else {}
         return out
     if isinstance(value, list) and value and all(isinstance(i, dict) for i in value):
         key = next((k for k in ("name", "type", "containerPort", "mountPath")

@@ -6,7 +6,8 @@ volumeMounts by `mountPath`), `finalizers` merged as a set, `$patch: replace|del
 `$deleteFromPrimitiveList/<f>`, `$retainKeys`; `$setElementOrder/<f>` is accepted and ignored.
 Does not: know OpenAPI; a list not in MERGE_KEYS is replaced whole, as for atomic lists.
 On bad input: PatchError (the server answers 422, or 400 for undecodable bodies).
-Inputs are never modified; each function returns a new object.
+Inputs are never modified: a result shares with its input the parts the patch leaves alone
+(the store never changes an object in place).
 Tests: tests/integration/kubeapi/test_three_patch_types.py"""
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def _merge_list(old: list[Any], patch: list[dict[str, Any]], key: str, field: st
 def json_patch(target: Any, ops: Any) -> Any:
     if not isinstance(ops, list):
         raise PatchError("a JSON patch must be a list of operations")
-    doc = _copy(target)
+    doc = target  # copied on write: each op copies the containers on its path, no more
     for n, op in enumerate(ops):
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise PatchError(f"operation {n}: needs 'op' and 'path': {op!r}")
@@ -165,10 +166,31 @@ def _apply_op(doc: Any, op: dict[str, Any]) -> Any:
     raise PatchError(f"unknown operation {name!r}")
 
 
+def _writable(doc: Any, parts: list[str], path: str) -> tuple[Any, Any]:
+    """(a copy of `doc`, the container at `parts` in it): every container on the way is a
+    fresh shallow copy, so the caller may change that one without touching `doc`."""
+    top = doc = _shallow(doc)
+    for part in parts:
+        if isinstance(doc, dict) and part in doc:
+            at: str | int = part
+        elif isinstance(doc, list) and part.isdigit() and int(part) < len(doc):
+            at = int(part)
+        else:
+            raise PatchError(f"path {path!r} does not exist")
+        doc[at] = _shallow(doc[at])
+        doc = doc[at]
+    return top, doc
+
+
+def _shallow(value: Any) -> Any:
+    return dict(value) if isinstance(value, dict) else list(value) \
+        if isinstance(value, list) else value
+
+
 def _add(doc: Any, parts: list[str], value: Any, path: str) -> Any:
     if not parts:
         return value
-    parent = _resolve(doc, parts[:-1], path)
+    doc, parent = _writable(doc, parts[:-1], path)
     last = parts[-1]
     if isinstance(parent, dict):
         parent[last] = value
@@ -187,7 +209,7 @@ def _add(doc: Any, parts: list[str], value: Any, path: str) -> Any:
 def _remove(doc: Any, parts: list[str], path: str) -> Any:
     if not parts:
         return None
-    parent = _resolve(doc, parts[:-1], path)
+    doc, parent = _writable(doc, parts[:-1], path)
     last = parts[-1]
     if isinstance(parent, dict) and last in parent:
         del parent[last]

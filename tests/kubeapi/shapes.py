@@ -10,6 +10,8 @@ Tests: tests/integration/kubeapi/test_bad_requests_get_clear_statuses.py"""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from . import errors
@@ -71,48 +73,65 @@ _SHAPES.update({  # resource.k8s.io/v1: the fields gpuslice writes or reads
 })
 
 
-def check(rt: ResourceType, obj: Any) -> None:
+def check(rt: ResourceType, obj: Any, old: Any = None) -> None:
+    """Raise 400 on the first field of `obj` whose JSON type is wrong. `old`: an object that
+    passed this check (the stored version, or the body as admission saw it); the parts `obj`
+    shares with it (the same Python objects: patches and admission copy only what they change)
+    are not walked again."""
     if not isinstance(obj, dict):
-        raise _mismatch(rt, "", "object", obj)
-    shape = {"apiVersion": STR, "kind": STR, "metadata": _META, **_SHAPES.get(rt.kind, {})}
-    if rt.kind not in ("ConfigMap", "Secret", "Event"):
+        raise _mismatch(rt, (), "object", obj)
+    _walk(rt, _shape(rt.kind), obj, old, ())
+
+
+@functools.cache
+def _shape(kind: str) -> dict[str, Any]:
+    shape = {"apiVersion": STR, "kind": STR, "metadata": _META, **_SHAPES.get(kind, {})}
+    if kind not in ("ConfigMap", "Secret", "Event"):
         shape.setdefault("spec", {})
         shape.setdefault("status", {})
-    _walk(rt, shape, obj, "")
+    return shape
 
 
-def _walk(rt: ResourceType, shape: Any, value: Any, path: str) -> None:
-    if value is None:
-        return
+def _walk(rt: ResourceType, shape: Any, value: Any, old: Any, path: tuple[str, ...]) -> None:
+    """`value` (not None) against `shape`; `path` is only joined into text for an error."""
     if isinstance(shape, dict):
         if not isinstance(value, dict):
             raise _mismatch(rt, path, "object", value)
+        if not isinstance(old, dict):
+            old = {}
         for key, sub in shape.items():
-            if key in value:
-                _walk(rt, sub, value[key], f"{path}.{key}" if path else key)
+            v = value.get(key)
+            if v is None or v is old.get(key):
+                continue
+            if isinstance(sub, str):
+                if not _LEAVES[sub](v):
+                    raise _mismatch(rt, (*path, key), sub, v)
+            else:
+                _walk(rt, sub, v, old.get(key), (*path, key))
         return
-    if isinstance(shape, tuple):
-        if not isinstance(value, list):
-            raise _mismatch(rt, path, "[]object", value)
-        for item in value:
-            _walk(rt, shape[1], item, path)
-        return
-    ok = {STR: lambda v: isinstance(v, str), BOOL: lambda v: isinstance(v, bool),
-          INT: lambda v: isinstance(v, int) and not isinstance(v, bool),
-          STRMAP: lambda v: isinstance(v, dict) and all(
-              isinstance(x, str) or x is None for x in v.values()),
-          STRLIST: lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
-          QUANTITIES: lambda v: isinstance(v, dict) and all(
-              isinstance(x, str | int | float) and not isinstance(x, bool)
-              for x in v.values())}[shape]
-    if not ok(value):
-        raise _mismatch(rt, path, shape, value)
+    if not isinstance(value, list):  # a tuple: ("[]object", item shape)
+        raise _mismatch(rt, path, "[]object", value)
+    for item in value:
+        if item is not None:
+            _walk(rt, shape[1], item, None, path)
 
 
-def _mismatch(rt: ResourceType, path: str, want: str, value: Any) -> errors.ApiProblem:
+_LEAVES: dict[str, Callable[[Any], bool]] = {
+    STR: lambda v: isinstance(v, str), BOOL: lambda v: isinstance(v, bool),
+    INT: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    STRMAP: lambda v: isinstance(v, dict) and all(
+        isinstance(x, str) or x is None for x in v.values()),
+    STRLIST: lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    QUANTITIES: lambda v: isinstance(v, dict) and all(
+        isinstance(x, str | int | float) and not isinstance(x, bool) for x in v.values()),
+}
+
+
+def _mismatch(rt: ResourceType, path: tuple[str, ...], want: str, value: Any
+              ) -> errors.ApiProblem:
     got = {bool: "bool", int: "number", float: "number", str: "string", list: "array",
            dict: "object"}.get(type(value), type(value).__name__)
-    where = f"Go struct field {rt.kind}.{path}" if path else "Go value"
+    where = f"Go struct field {rt.kind}.{'.'.join(path)}" if path else "Go value"
     return errors.bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a '
                               f"{rt.kind}: json: cannot unmarshal {got} into {where} of type "
                               f"{want}")

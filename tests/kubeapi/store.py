@@ -5,7 +5,8 @@ from a resourceVersion with selector-aware ADDED/MODIFIED/DELETED translation, a
 once a resourceVersion has fallen out of the history window (`history` events).
 Does not: speak HTTP (server.py) or validate kinds (objects.py).
 Invariants: a stored dict is never mutated (every write stores a new one), so reads, list
-results and queued watch events can share it; every write takes the next resourceVersion;
+results and queued watch events can share it; every stored object passed shapes.check, so a
+patch checks only the parts it changed; every write takes the next resourceVersion;
 all methods run on the server's event loop thread, so there are no locks.
 Tests: tests/integration/kubeapi/test_resource_versions_and_conflicts.py, test_object_lifecycle.py,
 test_watch_resumes_expires_and_bookmarks.py"""
@@ -20,10 +21,10 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from . import errors, objects, shapes
+from .objects import now_rfc3339
 from .patches import PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import BY_PATH, ResourceType
 
@@ -38,10 +39,6 @@ PATCH_TYPES = {
 }
 NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _SUFFIX = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's generateName alphabet
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -212,11 +209,11 @@ class Store:
         return obj
 
     def create(self, rt: ResourceType, ns: str | None, body: Obj, *, manager: str = "",
-               dry_run: bool = False, admitted: bool = False) -> Obj:
-        """POST `body` as sent, or `admitted`: an admission_view() that webhooks have seen."""
-        if admitted:
-            shapes.check(rt, body)  # what the webhooks' patches made of it
-        obj = body if admitted else self.admission_view(rt, ns, body, manager)
+               dry_run: bool = False, admitted: Obj | None = None) -> Obj:
+        """POST `body` as sent, or what webhooks made of `admitted`, an admission_view()."""
+        if admitted is not None:
+            shapes.check(rt, body, admitted)  # only what the webhooks' patches changed
+        obj = body if admitted is not None else self.admission_view(rt, ns, body, manager)
         if not obj["metadata"].get("name") and obj["metadata"].get("generateName"):
             obj["metadata"]["name"] = self._generated_name(rt, ns, obj["metadata"][
                 "generateName"])
@@ -252,7 +249,7 @@ class Store:
             new = apply(old, patch)
         except PatchError as e:
             raise errors.invalid(rt, name, [("patch", "FieldValueInvalid", str(e))]) from None
-        shapes.check(rt, new)
+        shapes.check(rt, new, old)  # only what the patch changed: `old` passed when stored
         if not isinstance(new.get("metadata"), dict):
             raise errors.bad_request(f"the patch left {rt.kind} {name!r} without metadata")
         _preconditions(rt, name, old["metadata"], new["metadata"])
@@ -299,7 +296,8 @@ class Store:
         if not isinstance(meta, dict) or not isinstance(target, dict) or not all(
                 isinstance(v, str) for v in (*target.values(), *(meta.get(k, "") for k in (
                     "name", "uid", "resourceVersion")))) or not isinstance(
-                meta.get("annotations") or {}, dict):
+                meta.get("annotations") or {}, dict) or not all(
+                isinstance(v, str) for v in (meta.get("annotations") or {}).values()):
             raise errors.bad_request('Binding in version "v1" cannot be handled as a Binding: '
                                      "metadata and target must be objects of strings")
         if meta.get("name") and meta["name"] != name:
@@ -357,9 +355,11 @@ class Store:
                 meta.pop(fixed, None)
         new = objects.default(rt, {**new, "apiVersion": rt.api_version, "kind": rt.kind,
                                    "metadata": meta})
-        objects.check_update(rt, old, new)
-        objects.validate(rt, new)
-        if new.get("spec") != old.get("spec") and "generation" in meta:
+        same_spec = new.get("spec") == old.get("spec")  # most writes are metadata or status
+        if not same_spec:
+            objects.check_update(rt, old, new)
+        objects.validate(rt, new, stored_spec=same_spec)
+        if not same_spec and "generation" in meta:
             meta["generation"] += 1
         meta.pop("resourceVersion", None)
         comparable = {**old, "metadata": {k: v for k, v in old_meta.items()
