@@ -141,7 +141,8 @@ class Admission:
 
 def _rule_matches(rule: Mapping[str, Any], rt: ResourceType) -> bool:
     def has(field: str, value: str) -> bool:
-        return any(v in ("*", value) for v in rule.get(field) or [])
+        values = rule.get(field) or ()
+        return "*" in values or value in values
 
     scope = rule.get("scope", "*")
     return (has("operations", "CREATE") and has("apiGroups", rt.group)

@@ -29,6 +29,7 @@ from .watch import WatchStreams
 
 log = logging.getLogger("kubeapi")
 JSON = "application/json"
+MAX_BODY = 16 * 1024 * 1024
 VERSION = {
     "major": "1", "minor": "36", "gitVersion": "v1.36.0-gpuslice-test", "gitCommit": "",
     "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25",
@@ -74,8 +75,18 @@ class ApiApp:
         self.watch = WatchStreams(store, faults, bookmark_interval=bookmark_interval,
                                   watch_timeout=watch_timeout)
         self.requests: deque[RequestRecord] = deque(maxlen=20000)
-        self.app = web.Application(client_max_size=16 * 1024 * 1024)
-        self.app.router.add_route("*", "/{path:.*}", self.handle)
+
+    def server(self) -> web.Server:
+        """aiohttp's low-level server: every request goes to handle(), which parses the path
+        itself (an Application's router would only match one catch-all route, per request)."""
+        loop = asyncio.get_running_loop()
+
+        def request(message: Any, payload: Any, protocol: Any, writer: Any,
+                    task: Any) -> web.BaseRequest:
+            return web.BaseRequest(message, payload, protocol, writer, task, loop,
+                                   client_max_size=MAX_BODY)
+
+        return web.Server(self.handle, request_factory=request, access_log=None)
 
     # ---- watch control (called on the loop by faults) ---------------------------------------
 
@@ -87,10 +98,12 @@ class ApiApp:
 
     # ---- dispatch -------------------------------------------------------------------------
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         record = RequestRecord(request.method, request.path, dict(request.query),
                                authorization=request.headers.get("Authorization", ""))
         self.requests.append(record)
+        if request.headers.get("Expect", "").lower() == "100-continue":  # as a router would
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         try:
             response = await self._dispatch(request)
         except ApiProblem as p:
@@ -103,7 +116,7 @@ class ApiApp:
         record.status = response.status
         return response
 
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
         if not parts or parts[0] not in ("api", "apis"):
             return self._non_resource(parts)
@@ -159,7 +172,7 @@ class ApiApp:
             raise errors.path_not_found()
         return Target(rt, ns, tail[0] if tail else "", tail[1] if len(tail) == 2 else "")
 
-    async def _faults(self, request: web.Request, t: Target, watch: bool) -> None:
+    async def _faults(self, request: web.BaseRequest, t: Target, watch: bool) -> None:
         delay = self.faults.latency(request.method, t.rt.plural)
         if delay:  # a slow server: the request has arrived whole and is handled late, even
             await request.read()  # if its client has given up by then (aiohttp keeps it)
@@ -181,7 +194,7 @@ class ApiApp:
                              "unable to handle the request")
         raise errors.internal(message or "injected fault")
 
-    async def _verb(self, request: web.Request, t: Target, watch: bool) -> web.StreamResponse:
+    async def _verb(self, request: web.BaseRequest, t: Target, watch: bool) -> web.StreamResponse:
         method, store, q = request.method, self.store, request.query
         manager = q.get("fieldManager") or request.headers.get("User-Agent", "").split("/")[0]
         dry_run = q.get("dryRun") == "All"
@@ -235,7 +248,7 @@ class ApiApp:
             return reply(store.delete(t.rt, t.namespace, t.name, await _options(request)))
         raise errors.method_not_allowed(method, t.rt.plural)
 
-    def _apply(self, request: web.Request, t: Target, body: Obj, manager: str,
+    def _apply(self, request: web.BaseRequest, t: Target, body: Obj, manager: str,
                dry_run: bool) -> Obj:
         """Server-side apply, simplified: create if missing, else a strategic merge patch
         (no field ownership or apply conflicts)."""
@@ -257,13 +270,13 @@ class ApiApp:
         fields = field_matcher(t.rt, q.get("fieldSelector"))
         return lambda obj: labels(obj) and fields(obj)
 
-    def _get(self, request: web.Request, t: Target) -> web.Response:
+    def _get(self, request: web.BaseRequest, t: Target) -> web.Response:
         obj = self.store.get(t.rt, t.namespace, t.name)
         if tables.wanted(request):
             return reply(tables.table(t.rt, [obj], obj["metadata"]["resourceVersion"]))
         return reply(obj)
 
-    def _list(self, request: web.Request, t: Target) -> web.Response:
+    def _list(self, request: web.BaseRequest, t: Target) -> web.Response:
         q = request.query
         try:
             limit = int(q.get("limit", "0") or 0)
@@ -280,7 +293,7 @@ class ApiApp:
 
     # ---- watch ----------------------------------------------------------------------------
 
-async def _body(request: web.Request) -> Any:
+async def _body(request: web.BaseRequest) -> Any:
     if request.content_type == "application/vnd.kubernetes.protobuf":
         return protobuf.decode(await request.read())
     if "protobuf" in request.content_type or "cbor" in request.content_type:
@@ -299,7 +312,7 @@ async def _body(request: web.Request) -> Any:
     return body
 
 
-async def _options(request: web.Request) -> Obj:
+async def _options(request: web.BaseRequest) -> Obj:
     options: Obj = {}
     if request.can_read_body:
         raw = await request.read()

@@ -78,6 +78,8 @@ class Faults:
 
     def take_failure(self, method: str, resource: str, name: str, subresource: str,
                      watch: bool) -> tuple[int, str] | None:
+        if not self._failures:  # the common case, without the lock
+            return None
         with self._lock:
             for f in self._failures:
                 if f.remaining > 0 and f.match(method, resource, name, subresource, watch):
@@ -86,6 +88,8 @@ class Faults:
         return None
 
     def latency(self, method: str, resource: str) -> float:
+        if not self._latency:
+            return 0.0
         with self._lock:
             return sum(s for m, s in self._latency if m(method, resource, "", "", False))
 

@@ -91,8 +91,8 @@ class KubeApiServer:
         self._api = ApiApp(store, self.faults, bookmark_interval=self._settings[
             "bookmark_interval"], watch_timeout=self._settings["watch_timeout"])
         self.faults._watch_control = self._control
-        self._runner = web.AppRunner(self._api.app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=1.0)
+        self._runner = web.ServerRunner(self._api.server(), handle_signals=False,
+                                        shutdown_timeout=1.0)
         await self._runner.setup()
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         paths = self.pki.write(self.workdir / "pki")

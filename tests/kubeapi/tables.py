@@ -22,7 +22,7 @@ _EXTRA: dict[str, list[tuple[str, Any]]] = {
 }
 
 
-def wanted(request: web.Request) -> bool:
+def wanted(request: web.BaseRequest) -> bool:
     accept = request.headers.get("Accept", "")
     return "as=Table" in accept and "g=meta.k8s.io" in accept
 

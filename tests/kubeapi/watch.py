@@ -44,7 +44,7 @@ class WatchStreams:
             if resource is None or rt.plural == resource:
                 watcher.queue.put_nowait((f"__{action}__", {"rv": self.store.rv}))
 
-    async def serve(self, request: web.Request, rt: ResourceType, namespace: str | None,
+    async def serve(self, request: web.BaseRequest, rt: ResourceType, namespace: str | None,
                     matcher: Matcher) -> web.StreamResponse:
         q = request.query
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
