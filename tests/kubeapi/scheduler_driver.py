@@ -32,6 +32,8 @@ from .scheduler_queue import Pending, SchedulingQueue
 
 log = logging.getLogger("kubeapi.scheduler_driver")
 Obj = dict[str, Any]
+_NOTHING: dict[str, float] = {}
+JSON_BODY = {"Content-Type": "application/json"}  # bodies are encoded with msgspec, not json=
 UNRESOLVABLE_OWN = (filters.UNSCHEDULABLE, filters.SELECTOR, "node(s) had untolerated taint")
 
 
@@ -104,6 +106,7 @@ class SchedulerDriver:
         self._used: dict[str, dict[str, float]] = {}  # node -> requests of pods placed there
         self._allocatable: dict[str, dict[str, float]] = {}  # node -> allocatable, parsed
         self._plain: set[str] = set()  # nodes neither unschedulable nor tainted
+        self._names: list[str] | None = None  # sorted(self.nodes), until a node changes
         self._queue = SchedulingQueue(config.initial_backoff, config.max_backoff,
                                       config.unschedulable_timeout)
         self._wake = asyncio.Event()
@@ -163,7 +166,7 @@ class SchedulerDriver:
             try:
                 async with self._api.get(path) as reply:
                     reply.raise_for_status()
-                    body = await reply.json()
+                    body = msgspec.json.decode(await reply.read())
                 handle("SYNC", body["items"])
                 if not synced.done():
                     synced.set_result(None)
@@ -194,6 +197,7 @@ class SchedulerDriver:
         return rv
 
     def _on_node(self, kind: str, nodes: list[Obj]) -> None:
+        self._names = None
         if kind == "SYNC":
             self.nodes, self._allocatable, self._plain = {}, {}, set()
         for node in nodes:
@@ -289,7 +293,9 @@ class SchedulerDriver:
             await bind
 
     async def _choose(self, pod: Obj) -> str:
-        names = sorted(self.nodes)
+        if self._names is None:
+            self._names = sorted(self.nodes)
+        names = self._names
         feasible, reasons, unresolvable = self._own_filters(pod, names)
         interested = self._interested(pod)
         if feasible and interested and self.config.filter_verb:
@@ -335,12 +341,15 @@ class SchedulerDriver:
                 break
             name = names[(start + i) % len(names)]
             checked += 1
-            why = filters.resource_reasons(requests, self._allocatable[name],
-                                           self._used.get(name, {}))
             if selector or name not in self._plain:
-                why = filters.placement_reasons(pod, self.nodes[name]) + why
-            if why:
-                reasons[name] = why[0]
+                why = filters.placement_reasons(pod, self.nodes[name]) + filters.resource_reasons(
+                    requests, self._allocatable[name], self._used.get(name, {}))
+                reason = why[0] if why else None
+            else:  # the common case: only the first resource that does not fit matters
+                reason = filters.first_resource_reason(requests, self._allocatable[name],
+                                                       self._used.get(name, _NOTHING))
+            if reason:
+                reasons[name] = reason
             else:
                 feasible.append(name)
         self._next_start = start + checked
@@ -393,9 +402,10 @@ class SchedulerDriver:
         try:
             async with self._api.post(
                     f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding",
-                    json={"apiVersion": "v1", "kind": "Binding", "metadata": {
+                    data=msgspec.json.encode({"apiVersion": "v1", "kind": "Binding", "metadata": {
                         "name": meta["name"], "namespace": meta["namespace"],
-                        "uid": meta["uid"]}, "target": {"kind": "Node", "name": node}}) as reply:
+                        "uid": meta["uid"]}, "target": {"kind": "Node", "name": node}}),
+                    headers=JSON_BODY) as reply:
                 if reply.status >= 300:
                     body = await reply.json(content_type=None)
                     raise ExtenderError(body.get("message", str(body)))
@@ -440,7 +450,7 @@ class SchedulerDriver:
                 "firstTimestamp": now, "lastTimestamp": now, "count": 1}
         try:
             async with self._api.post(f"/api/v1/namespaces/{meta['namespace']}/events",
-                                      json=body) as reply:
+                                      data=msgspec.json.encode(body), headers=JSON_BODY) as reply:
                 reply.raise_for_status()
         except (aiohttp.ClientError, TimeoutError) as e:
             log.warning("event %s for %s/%s not posted: %s", reason, meta["namespace"],

@@ -107,9 +107,21 @@ def is_plain(node: Obj) -> bool:
 def resource_reasons(requests: Mapping[str, float], allocatable: Mapping[str, float],
                      used: Mapping[str, float]) -> list[str]:
     """NodeResourcesFit: each of `requests` (fit_requests) against allocatable minus used."""
-    return ["Too many pods" if name == "pods" else f"Insufficient {name}"
-            for name, want in requests.items()
+    return [_short_of(name) for name, want in requests.items()
             if want > allocatable.get(name, 0) - used.get(name, 0)]
+
+
+def first_resource_reason(requests: Mapping[str, float], allocatable: Mapping[str, float],
+                          used: Mapping[str, float]) -> str | None:
+    """resource_reasons(...)[0], or None when everything fits, without building the list."""
+    for name, want in requests.items():
+        if want > allocatable.get(name, 0) - used.get(name, 0):
+            return _short_of(name)
+    return None
+
+
+def _short_of(resource: str) -> str:
+    return "Too many pods" if resource == "pods" else f"Insufficient {resource}"
 
 
 def _tolerates(spec: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
