@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import ssl
 import uuid
 from collections.abc import Mapping
@@ -104,7 +103,7 @@ class Admission:
         if response.get("patchType") != "JSONPatch":
             return self._failed(hook, obj, f"unsupported patchType {response.get('patchType')!r}")
         try:
-            return json_patch(obj, json.loads(base64.b64decode(response["patch"])))
+            return json_patch(obj, msgspec.json.decode(base64.b64decode(response["patch"])))
         except (PatchError, ValueError) as e:
             raise errors.internal(f'failed calling webhook "{name}": JSON patch: {e}') from None
 
