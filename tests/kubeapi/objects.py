@@ -13,6 +13,7 @@ test_object_lifecycle.py"""
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import time
@@ -48,13 +49,12 @@ DEFAULT_TOLERATIONS = [
 
 def now_rfc3339() -> str:
     """Now in UTC to the second, as metadata timestamps are (formatted once a second)."""
-    second = int(time.time())
-    if second != _clock[0]:
-        _clock[:] = [second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))]
-    return str(_clock[1])
+    return _rfc3339(int(time.time()))
 
 
-_clock: list[Any] = [-1, ""]  # (the second, its text)
+@functools.lru_cache(maxsize=1)
+def _rfc3339(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
 
 
 def default(rt: ResourceType, obj: Obj) -> Obj:
