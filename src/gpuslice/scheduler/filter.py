@@ -95,7 +95,7 @@ class Evaluator:
         self._requests: dict[tuple[Any, Any], PodRequest] = {}
         self._seen: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # uid -> pod, bounded
         self._devices: dict[str, tuple[handoff.DeviceRequest, ...]] = {}
-        # (device requests, shape) -> node -> (its in-flight index, refusal): see _hand_off
+        # _request_key -> node -> (its in-flight index, refusal): see _hand_off
         self._blocked: dict[tuple[Any, ...], dict[str, tuple[Any, Refusal | None]]] = {}
 
     def ours(self, pod: Mapping[str, Any]) -> bool:
@@ -131,7 +131,7 @@ class Evaluator:
         meta = pod.get("metadata") or {}
         key, generation = (meta.get("uid"), meta.get("resourceVersion")), self.state.generation
         now = time.monotonic()
-        last = self._recent.get(key)
+        last = self._recent.get(key) if key[0] else None  # no uid: nothing to tell pods apart
         if last is not None and (last[0] == generation or as_filtered) \
                 and now - last[1] < _CACHE_S and last[2].covers(names):
             return last[2]
@@ -147,10 +147,11 @@ class Evaluator:
         verdict = Verdict(req, fr.fits, fr.failed, fr.scores,  # type: ignore[arg-type]
                           every=every)
         self._hand_off(pod, verdict, cached=True)
-        self._recent.pop(key, None)
-        self._recent[key] = (generation, now, verdict)
-        if len(self._recent) > _RECENT:
-            self._recent.popitem(last=False)
+        if key[0]:
+            self._recent.pop(key, None)
+            self._recent[key] = (generation, now, verdict)
+            if len(self._recent) > _RECENT:
+                self._recent.popitem(last=False)
         return verdict
 
     def device_requests(self, pod: Mapping[str, Any]) -> tuple[handoff.DeviceRequest, ...]:
