@@ -233,28 +233,29 @@ class ExtenderState:
         """Pods in flight on `node` that the agent has not started on, by their first device
         request (resource, quantity), oldest first: the only ones a new pod may be confused
         with. Kept per node until a pod there changes or the oldest of them times out."""
-        got = self._unstarted.get(node)
-        if got is not None and got[0] > self.clock() - self.timeout_s:
-            return got[1]
+        return self.unstarted_on((node,))[0]
+
+    def unstarted_on(self, nodes: Iterable[str]) -> list[Mapping[tuple[str, int],
+                                                               list[handoff.Flight]]]:
+        """`unstarted_by_first` of each node (one clock read)."""
+        old = self.clock() - self.timeout_s
+        out = []
+        for n in nodes:
+            got = self._unstarted.get(n)
+            if got is None or got[0] <= old:
+                got = self._unstarted[n] = self._index_unstarted(n)
+            out.append(got[1])
+        return out
+
+    def _index_unstarted(self, node: str) -> tuple[float, dict[tuple[str, int],
+                                                                list[handoff.Flight]]]:
         flights = self.flights(node)
         by: dict[tuple[str, int], list[handoff.Flight]] = {}
         for f in sorted(flights, key=attrgetter("order")):
             first = self._first.get(f.key)
             if first is not None:
                 by.setdefault(first, []).append(f)
-        self._unstarted[node] = (min((f.bound_at for f in flights), default=math.inf), by)
-        return by
-
-    def unstarted_on(self, nodes: Iterable[str]) -> list[Mapping[tuple[str, int],
-                                                               list[handoff.Flight]]]:
-        """`unstarted_by_first` of each node (one clock read for the kept ones)."""
-        old = self.clock() - self.timeout_s
-        kept = self._unstarted.get
-        out = []
-        for n in nodes:
-            got = kept(n)
-            out.append(got[1] if got is not None and got[0] > old else self.unstarted_by_first(n))
-        return out
+        return min((f.bound_at for f in flights), default=math.inf), by
 
     def flight_node(self, key: str) -> str | None:
         """The node where pod `key` may be in flight (`flights` says whether it is, now)."""
