@@ -176,8 +176,8 @@ async def allocate_with_kube_scheduler(client: AsyncClient, plane: Any, nodes: l
     try:
         last, since = -1, time.monotonic()
         while time.monotonic() - since < timeout:  # until no claim was allocated for a while
-            done = sum(1 async for c in client.list(dict_view(ResourceClaim), namespace=NS)
-                       if c["metadata"]["name"] in names and results(dict(c)))
+            done = len([c async for c in client.list(dict_view(ResourceClaim), namespace=NS)
+                        if c["metadata"]["name"] in names and results(dict(c))])
             if done == len(claims):
                 break
             if done != last:

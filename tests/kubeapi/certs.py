@@ -92,8 +92,14 @@ def make_pki(hosts: tuple[str, ...] = HOSTS) -> Pki:
 
 
 def service_account_key() -> bytes:
-    """A PEM signing key for kube-apiserver's --service-account-* flags."""
-    return _key_pem(ec.generate_private_key(ec.SECP256R1()))
+    """A PEM signing key for kube-apiserver's --service-account-* flags and
+    kube-controller-manager's --service-account-private-key-file. Traditional (SEC1) PEM:
+    kube-apiserver reads its public half with keyutil, which refuses PKCS#8 ("data does not
+    contain any valid RSA or ECDSA public keys")."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key.private_bytes(serialization.Encoding.PEM,
+                             serialization.PrivateFormat.TraditionalOpenSSL,
+                             serialization.NoEncryption())
 
 
 def kubeconfig(server: str, pki: Pki, *, name: str = "gpuslice-test") -> dict:
