@@ -10,7 +10,9 @@ Tests: tests/integration/kubeapi/test_envtest_launch_plan.py (command lines, kub
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import socket
 import ssl
 import subprocess
@@ -25,9 +27,8 @@ import yaml
 from .certs import Pki, make_pki, service_account_key, write_kubeconfig
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-SETUP_HINT = ("get them with `go install sigs.k8s.io/controller-runtime/tools/setup-envtest@latest"
-              " && export KUBEBUILDER_ASSETS=$(setup-envtest use -p path 1.36.x)`, or unset "
-              "KUBEBUILDER_ASSETS to use the in-process server")
+SETUP_HINT = ("build them with `export KUBEBUILDER_ASSETS=$(bash tools/kube/build.sh)` "
+              "(docs/development.md), or unset KUBEBUILDER_ASSETS to use the in-process server")
 
 
 class EnvtestError(RuntimeError):
@@ -36,10 +37,18 @@ class EnvtestError(RuntimeError):
 
 @dataclass(frozen=True)
 class Assets:
+    """The binaries of a KUBEBUILDER_ASSETS folder; the optional ones are None when absent
+    (setup-envtest's folders hold only etcd, kube-apiserver and kubectl; tools/kube/build.sh's
+    hold them all)."""
+
     folder: Path
     etcd: Path
     kube_apiserver: Path
-    kube_scheduler: Path | None
+    kube_scheduler: Path | None = None
+    kube_controller_manager: Path | None = None
+    kubelet: Path | None = None
+    fake_cri: Path | None = None
+    kubectl: Path | None = None
 
 
 def find_assets(value: str | None) -> Assets | None:
@@ -51,9 +60,34 @@ def find_assets(value: str | None) -> Assets | None:
     if missing:
         raise EnvtestError(f"KUBEBUILDER_ASSETS={value} has no executable "
                            f"{' or '.join(missing)}; {SETUP_HINT}")
-    scheduler = folder / "kube-scheduler"
+
+    def optional(name: str) -> Path | None:
+        return folder / name if _executable(folder / name) else None
+
     return Assets(folder, folder / "etcd", folder / "kube-apiserver",
-                  scheduler if _executable(scheduler) else None)
+                  optional("kube-scheduler"), optional("kube-controller-manager"),
+                  optional("kubelet"), optional("fake-cri"), optional("kubectl"))
+
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO / "tools" / "kube" / "build.sh"
+
+
+def build_assets(log: Path) -> Assets:
+    """The project's own binaries (tools/kube/build.sh: from the Go module proxy, a no-op when
+    they are current), for a run without KUBEBUILDER_ASSETS. The build's output goes to `log`;
+    EnvtestError with its tail when it fails or Go is missing."""
+    if shutil.which("go") is None:
+        raise EnvtestError("the real Kubernetes tier needs Go >= 1.26 to build its binaries "
+                           f"(tools/kube/build.sh); install Go, or {SETUP_HINT}")
+    with log.open("wb") as out:
+        done = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=out)
+    if done.returncode != 0:
+        raise EnvtestError(f"tools/kube/build.sh failed (exit {done.returncode}); its log "
+                           f"({log}):\n{log.read_text(errors='replace')[-3000:]}")
+    assets = find_assets(done.stdout.decode().strip().splitlines()[-1])
+    assert assets is not None
+    return assets
 
 
 def _executable(path: Path) -> bool:
@@ -97,6 +131,24 @@ def scheduler_command(assets: Assets, kubeconfig: Path, config: Path, port: int)
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
             f"--secure-port={port}", "--v=2"]
+
+
+def controller_manager_command(assets: Assets, kubeconfig: Path, sa_key: Path, ca: Path,
+                               port: int) -> list[str]:
+    """Every default controller (namespaces finish deleting, ResourceClaims are made from
+    templates and freed, ...). The node lifecycle controller runs too, so a Ready node loses the
+    not-ready taint kube-apiserver gives every new Node; nodes without a kubelet get 5 minutes
+    before it calls them unreachable (tests' nodes live one test)."""
+    if assets.kube_controller_manager is None:
+        raise EnvtestError(f"{assets.folder} has no kube-controller-manager; {SETUP_HINT}")
+    return [str(assets.kube_controller_manager), f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
+            f"--secure-port={port}", "--leader-elect=false",
+            f"--service-account-private-key-file={sa_key}", f"--root-ca-file={ca}",
+            "--use-service-account-credentials=false", "--node-monitor-grace-period=300s",
+            "--concurrent-resourceclaim-syncs=20", "--kube-api-qps=500", "--kube-api-burst=1000",
+            "--v=1"]
 
 
 def scheduler_version(assets: Assets) -> str:
@@ -163,6 +215,26 @@ def end_process(popen: subprocess.Popen[bytes]) -> None:
             popen.wait()
 
 
+def _exists(client: Any, res: Any, name: str) -> bool:
+    from lightkube import ApiError
+
+    try:
+        client.get(res, name)
+    except ApiError as exc:
+        if exc.status.code == 404:
+            return False
+        raise
+    return True
+
+
+def _no_verify() -> ssl.SSLContext:
+    """For the health endpoints of kube-scheduler and kube-controller-manager, which serve
+    with self-signed certificates of their own."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return context
+
+
 @dataclass
 class ControlPlane:
     assets: Assets
@@ -199,6 +271,11 @@ class ControlPlane:
         write_kubeconfig(self.kubeconfig, self.url, self.pki)
         with urllib.request.urlopen(f"{self.url}/version", context=self._tls()) as r:
             self.version = f"kube-apiserver {json.load(r)['gitVersion']}"
+        if self.assets.kube_controller_manager is not None:
+            port = free_port()
+            kcm = self._launch("kube-controller-manager", controller_manager_command(
+                self.assets, self.kubeconfig, sa_key, files["ca.crt"], port))
+            self._wait(kcm, f"https://127.0.0.1:{port}/healthz", timeout, _no_verify())
 
     def start_scheduler(self, config: Path | dict[str, Any], timeout: float = 60.0) -> Process:
         """Start kube-scheduler with a KubeSchedulerConfiguration (a file or its dict), its
@@ -210,9 +287,7 @@ class ControlPlane:
         port = free_port()
         proc = self._launch("kube-scheduler", scheduler_command(
             self.assets, self.kubeconfig, path, port))
-        insecure = ssl.create_default_context()
-        insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
-        self._wait(proc, f"https://127.0.0.1:{port}/healthz", timeout, insecure)
+        self._wait(proc, f"https://127.0.0.1:{port}/healthz", timeout, _no_verify())
         return proc
 
     def _launch(self, name: str, command: list[str]) -> Process:
@@ -249,7 +324,7 @@ class ControlPlane:
         """Delete what tests create, so each test starts from an empty cluster. Namespaces
         stay Terminating on a real server without kube-controller-manager: tests should use
         unique namespace names."""
-        from lightkube import Client, KubeConfig
+        from lightkube import ApiError, Client, KubeConfig
         from lightkube.resources.admissionregistration_v1 import (
             MutatingWebhookConfiguration,
             ValidatingWebhookConfiguration,
@@ -281,6 +356,18 @@ class ControlPlane:
                     ResourceSlice, DeviceClass):
             for obj in client.list(res):
                 remove(res, obj)
-        for ns in client.list(Namespace):
-            if ns.metadata.name not in SYSTEM_NAMESPACES and not ns.metadata.deletionTimestamp:
-                client.delete(Namespace, ns.metadata.name)
+        going = [ns.metadata.name for ns in client.list(Namespace)
+                 if ns.metadata.name not in SYSTEM_NAMESPACES]
+        for name in going:
+            with contextlib.suppress(ApiError):  # already terminating, or gone meanwhile
+                client.delete(Namespace, name)
+        # kube-controller-manager's namespace controller empties and removes them; a test that
+        # reuses a name must not meet "object is being deleted"
+        deadline = time.monotonic() + 60
+        while going and time.monotonic() < deadline:
+            going = [n for n in going if _exists(client, Namespace, n)]
+            time.sleep(0.1)
+        if going:
+            raise EnvtestError(f"namespaces {going} were still terminating after 60 s; is "
+                               "kube-controller-manager running? (see its log in "
+                               f"{self.workdir})")
