@@ -1,0 +1,143 @@
+"""Pods through the whole path onto the REAL kubelet: kube-apiserver -> `gpuslice webhook` ->
+kube-scheduler + `gpuslice scheduler` -> kubelet v1.36 (fake CRI) -> the node agent's
+GetPreferredAllocation/Allocate. What the kubelet did is read from its own records: the device
+manager's checkpoint (device IDs and the Allocate answer it keeps for each container) and its
+PodResources API; what the agent did from its region files and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from lightkube import ApiError
+from lightkube.resources.core_v1 import Event, Pod
+
+from gpuslice import codec, handoff
+from gpuslice.kube.client import dict_view
+from gpuslice.node.verify import list_pod_resources
+from gpuslice.shim import Region
+from kubelet import real
+
+DIALECTS = {  # pod name -> (limits as the user writes them, device resource, devices wanted)
+    "hami": ({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"},
+             "nvidia.com/gpu", 1),
+    "volcano": ({"volcano.sh/vgpu-number": "2", "volcano.sh/vgpu-memory": "2000",
+                 "volcano.sh/vgpu-cores": "20"}, "volcano.sh/vgpu-number", 2),
+    "gpu-manager": ({"tencent.com/vcuda-core": "50", "tencent.com/vcuda-memory": "8"},
+                    "tencent.com/vcuda-core", 50),
+}
+EXPECTED = {"hami": (3000, 30), "volcano": (2000, 20), "gpu-manager": (2048, 50)}  # MiB, cores
+
+
+def wait_pods(client: Any, ns: str, names: list[str], timeout: float = 60.0,
+              phase: str = "Running") -> dict[str, dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = {n: dict(client.get(dict_view(Pod), n, namespace=ns)) for n in names}
+        if all(p["status"].get("phase") == phase for p in pods.values()):
+            return pods
+        if time.monotonic() > deadline:
+            state = {n: (p["spec"].get("nodeName"), p["status"].get("phase"),
+                         p["status"].get("message")) for n, p in pods.items()}
+            events = [(e["involvedObject"]["name"], e["reason"], e["message"][:200])
+                      for e in client.list(dict_view(Event), namespace=ns)]
+            raise AssertionError(f"pods not {phase} after {timeout:.0f} s: {state}; "
+                                 f"events: {events}")
+        time.sleep(0.2)
+
+
+def test_a_pod_of_each_dialect_runs_with_the_allocate_answer_its_assignment_names(tier):
+    client, ns, node = tier.client(), tier.namespace, tier.node
+    for name, (limits, _, _) in DIALECTS.items():  # at once: three distinguishable pods
+        client.create(dict_view(Pod)(real.pod_body(name, ns, limits)))
+    pods = wait_pods(client, ns, list(DIALECTS))
+    checkpoint = {(e["pod_uid"], e["container"]): e for e in node.checkpoint()}
+    actual = asyncio.run(list_pod_resources(str(node.pod_resources_socket)))
+    for name, (_, resource, quantity) in DIALECTS.items():
+        pod = pods[name]
+        uid, ann = pod["metadata"]["uid"], pod["metadata"]["annotations"]
+        # the webhook's work, as kube-apiserver stored it
+        assert pod["spec"]["schedulerName"] == "gpuslice-scheduler"
+        assert pod["metadata"]["labels"][handoff.MANAGED_LABEL] == "true"
+        assert pod["spec"]["containers"][0]["resources"]["limits"][resource] == str(quantity)
+        # the extender's: node and GPUs, in one write with the binding
+        assert pod["spec"]["nodeName"] == real.NODE
+        assignment = codec.decode_assignment(ann[codec.ASSIGNMENT_ANNOTATION])
+        assert assignment.node == real.NODE
+        slices = assignment.containers[0].slices
+        uuids = [s.uuid for s in slices]
+        mem, cores = EXPECTED[name]
+        assert [(s.memory_mib, s.cores) for s in slices] == [(mem, cores)] * len(slices)
+        assert len(set(uuids)) == (2 if name == "volcano" else 1)
+        # the agent marked it answered
+        assert ann[handoff.ALLOCATED] == "main"
+        # the kubelet's record: devices it chose (steered by GetPreferredAllocation onto the
+        # assigned GPUs) and the Allocate answer it gives the container runtime
+        entry = checkpoint[(uid, "main")]
+        assert entry["resource"] == resource
+        assert len(entry["devices"]) == quantity
+        assert {d.split("::")[0] for d in entry["devices"]} == set(uuids), \
+            f"{name}: the kubelet's devices lie on the assigned GPUs only"
+        envs = entry["envs"]
+        assert envs["NVIDIA_VISIBLE_DEVICES"] == ",".join(uuids)
+        assert envs["GPUSLICE_DEVICE_UUIDS"] == ",".join(uuids)
+        for i in range(len(uuids)):
+            assert envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] == f"{mem}m"
+        assert envs["CUDA_DEVICE_SM_LIMIT"] == str(cores)
+        assert envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == "/var/run/gpuslice/region"
+        region_dir = node.state_dir / "regions" / uid / "main"
+        lib = node.state_dir / "lib"
+        assert sorted(entry["mounts"]) == sorted([
+            ("/usr/local/gpuslice/lib/libgpuslice.so", str(lib / "libgpuslice.so"), True),
+            ("/etc/ld.so.preload", str(lib / "ld.so.preload"), True),
+            ("/var/run/gpuslice", str(region_dir), False),
+            ("/var/run/gpuslice-board", str(node.state_dir / "board"), False)])
+        # the region the agent wrote before answering holds the same limits
+        region = Region.read(region_dir / "region")
+        assert [(d.uuid, d.limit) for d in region.devices if d.uuid] == \
+            [(u, mem << 20) for u in uuids]
+        assert region.sm_limit == cores
+        # and the kubelet's PodResources API (what the agent's check reads) agrees
+        assert sorted(actual[(ns, name)]["main"][resource]) == entry["devices"]
+    time.sleep(2 * 2 + 0.5)  # two PodResources rounds of the agent (verifyIntervalSeconds 2)
+    metrics = node.agent_metrics()
+    for _, resource, _ in DIALECTS.values():
+        assert real.metric(metrics, "gpuslice_allocations_total", resource=resource,
+                           result="ok") >= 1
+    assert real.metric(metrics, "gpuslice_allocate_mismatches_total") == 0
+
+
+def test_a_gpu_pod_placed_by_hand_is_refused_at_admission_with_the_agents_message(tier):
+    client, ns, node = tier.client(), tier.namespace, tier.node
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024"}
+    # through the webhook, spec.nodeName is denied outright ...
+    with pytest.raises(ApiError) as denied:
+        client.create(dict_view(Pod)(real.pod_body("by-hand", ns, limits, nodeName=real.NODE)))
+    assert 'admission webhook "pods.gpuslice.io" denied the request' in str(denied.value)
+    assert "spec.nodeName" in str(denied.value)
+    # ... so a pod that opts out of the webhook and names the node skips webhook and extender:
+    # the kubelet admits it, asks the agent's Allocate, and the agent refuses
+    refused_before = real.metric(node.agent_metrics(), "gpuslice_allocations_total",
+                                 result="refused")
+    client.create(dict_view(Pod)(real.pod_body(
+        "by-hand", ns, limits, nodeName=real.NODE, labels={real.OPT_OUT[0]: real.OPT_OUT[1]})))
+    pod = wait_pods(client, ns, ["by-hand"], phase="Failed")["by-hand"]
+    assert pod["status"]["reason"] == "UnexpectedAdmissionError"
+    want = ("gpuslice: nvidia.com/gpu: no pod in flight on this node asks for nvidia.com/gpu=1 "
+            "now (in flight: none); check that the pod was scheduled by the gpuslice scheduler "
+            "extender")
+    assert want in pod["status"]["message"]
+    events = [e for e in client.list(dict_view(Event), namespace=ns,
+                                     fields={"involvedObject.name": "by-hand"})]
+    hit = [e for e in events if e["reason"] == "UnexpectedAdmissionError"]
+    seen = [(e["reason"], e["message"]) for e in events]
+    assert hit, f"no UnexpectedAdmissionError event: {seen}"
+    assert hit[0]["type"] == "Warning" and hit[0]["source"]["component"] == "kubelet"
+    assert hit[0]["message"].startswith("Allocate failed due to rpc error: code = "
+                                        "FailedPrecondition desc = " + want)
+    assert real.metric(node.agent_metrics(), "gpuslice_allocations_total",
+                       result="refused") > refused_before
+    assert all(e["pod_uid"] != pod["metadata"]["uid"] for e in node.checkpoint()), \
+        "the kubelet keeps no devices for a pod it rejected"
