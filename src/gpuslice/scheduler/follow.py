@@ -10,7 +10,9 @@ Owns: `LeaseFollower` (same `is_leader` and `run()` as kube.lease.LeaderElector)
 Invariants: a renewal counts from when this replica saw renewTime change, on its own clock
 (no clock-skew assumption); no change for leaseDurationSeconds = not leading. Never writes.
 Failure: API errors are logged and read as "not leading" once the last renewal seen is too old.
-RBAC: get on leases. Tests: tests/integration/scheduler/test_follower_refuses_bind.py
+RBAC: get on leases. Tests: tests/unit/scheduler/test_follow.py,
+tests/integration/scheduler/test_follower_refuses_bind.py (a Lease written by the test),
+tests/integration/scheduler/test_extender_follows_kube_scheduler_lease.py (the real one)
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ class LeaseFollower:
 
     @property
     def is_leader(self) -> bool:
-        ours = self.holder.split("_", 1)[0] == self.host
+        # client-go's identity is hostname + "_" + a UUID (no "_" in it): cut at the LAST "_",
+        # or a host name with "_" in it never matches and "gpu" matches "gpu_2_<uuid>"
+        ours = self.holder.rpartition("_")[0] == self.host
         return ours and self.clock() - self._renewed_at < self._duration
 
     async def run(self) -> None:
