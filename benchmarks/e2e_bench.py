@@ -111,6 +111,13 @@ async def add_nodes(client: AsyncClient, count: int, gpus: int) -> list[str]:
     return names
 
 
+def plain_pod_body(name: str) -> dict[str, Any]:
+    """A pod without a GPU: what the plain kube-scheduler places in the comparison."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "main", "image": "registry.invalid/app:never-pulled",
+                                     "resources": {"requests": {"cpu": "10m"}}}]}}
+
+
 def pod_body(name: str, limits: dict[str, str], webhook: bool) -> dict[str, Any]:
     pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": "default"}, "spec": {"containers": [
@@ -188,14 +195,14 @@ class AgentEmulator:
     """Marks gpuslice.io/allocated on each bound pod after `delay_s`, as the node agent does
     after the kubelet's Allocate calls; records when it saw each pod bound."""
 
-    def __init__(self, client: AsyncClient, delay_s: float) -> None:
+    def __init__(self, client: AsyncClient, delay_s: float, plain: bool = False) -> None:
         self.client, self.delay_s = client, delay_s
         self.bound: dict[str, float] = {}  # pod key -> when this watch saw it bound
         self.changed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self.informer: Informer[Any] = Informer(client, Pod,
-                                                labels={handoff.MANAGED_LABEL: "true"},
-                                                trim=trim_pod, handler=self._on)
+        labels = None if plain else {handoff.MANAGED_LABEL: "true"}  # plain: every pod
+        self.informer: Informer[Any] = Informer(client, Pod, labels=labels, trim=trim_pod,
+                                                handler=self._on)
 
     def _on(self, c: Change[Any]) -> None:
         pod = c.new
@@ -327,7 +334,7 @@ async def driver_role(a: argparse.Namespace) -> None:
 async def agent_role(a: argparse.Namespace) -> None:
     """The node-agent emulator: reports when half and then all --pods are bound."""
     client = make_client(a.kubeconfig)  # as the node agent's
-    agent = AgentEmulator(client, a.allocate_ms / 1000)
+    agent = AgentEmulator(client, a.allocate_ms / 1000, plain=a.plain)
     task = asyncio.create_task(agent.informer.run())
     await agent.informer.synced.wait()
     say({"ready": True, "cpu_s": time.process_time()})
@@ -396,9 +403,27 @@ async def verb_cpu(a: argparse.Namespace) -> dict[str, Any]:
         server.stop()
 
 
+def kube_scheduler_config(extender_url: str | None, qps: int) -> dict[str, Any]:
+    """deploy/scheduler/kube-scheduler-config.yaml with its extender at `extender_url`; None:
+    the stock scheduler alone (the plain run). Both raise clientConnection.qps/burst alike:
+    the default 50 caps kube-scheduler's own writes (events, failure statuses)."""
+    deploy = yaml.safe_load((ROOT / "deploy/scheduler/kube-scheduler-config.yaml").read_text())
+    config = {**deploy, "leaderElection": {"leaderElect": False},
+              "clientConnection": {"qps": qps, "burst": 2 * qps}}
+    if extender_url is None:
+        del config["extenders"]
+        config["profiles"] = [{"schedulerName": "default-scheduler"}]
+    else:
+        config["extenders"] = [{**deploy["extenders"][0], "urlPrefix": extender_url}]
+    return config
+
+
 async def run(a: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
     assets = find_assets(os.environ.get("KUBEBUILDER_ASSETS"))
+    if a.plain and (assets is None or assets.kube_scheduler is None):
+        raise SystemExit("e2e_bench: --plain measures the real kube-scheduler: set "
+                         "KUBEBUILDER_ASSETS (docs/development.md)")
     plane = server = None
     if assets is not None:
         plane = ControlPlane(assets, work / "envtest").start()
@@ -408,49 +433,62 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         kubeconfig, api_name = server.kubeconfig, "in-process"
     procs = Processes(work, kubeconfig)
     client = AsyncClient(config=KubeConfig.from_file(kubeconfig))
-    sched_proc = None
     children: list[Child] = []
     try:
         await add_nodes(client, a.nodes, a.gpus)
-        webhook = "not used (--no-webhook: pods created as the webhook leaves them)"
-        if not a.no_webhook:
-            url, ca = procs.start_webhook()
-            await wait_http(f"{url}/healthz", "the webhook", ssl=False)
-            await client.create(MUTATING(webhook_config(url, ca)))  # type: ignore[call-arg]
-            webhook = "gpuslice webhook (HTTPS, own process)"
-        procs.start_extender()
-        ext_url = f"http://127.0.0.1:{procs.extender_port}"
-        await wait_http(f"{ext_url}/readyz", "the extender")
+        if plane is not None:  # the not-ready taint kube-apiserver gives every new Node
+            await untainted(client, a.nodes, a.timeout)
+        webhook = extender = "not used (--plain)"
+        ext_url = None
+        if not a.plain:
+            webhook = "not used (--no-webhook: pods created as the webhook leaves them)"
+            if not a.no_webhook:
+                url, ca = procs.start_webhook()
+                await wait_http(f"{url}/healthz", "the webhook", ssl=False)
+                await client.create(MUTATING(webhook_config(url, ca)))  # type: ignore[call-arg]
+                webhook = "gpuslice webhook (HTTPS, own process)"
+            procs.start_extender()
+            ext_url = f"http://127.0.0.1:{procs.extender_port}"
+            await wait_http(f"{ext_url}/readyz", "the extender")
+            extender = "gpuslice scheduler (own process, Lease leader election)"
         common = ("--kubeconfig", str(kubeconfig), "--pods", str(a.pods),
-                  "--timeout", str(a.timeout), "--seed", str(a.seed))
+                  "--timeout", str(a.timeout), "--seed", str(a.seed),
+                  *(("--plain",) if a.plain else ()))
         agent = Child("agent", *common, "--allocate-ms", str(a.allocate_ms))
         children.append(agent)
         started = {"node-agent emulator": (await agent.start())["cpu_s"]}
         driver = None
         if plane is not None and plane.assets.kube_scheduler is not None:
-            deploy = yaml.safe_load((ROOT / "deploy/scheduler/kube-scheduler-config.yaml")
-                                    .read_text())
-            cfg = work / "kube-scheduler.yaml"
-            cfg.write_text(yaml.safe_dump({
-                **deploy, "extenders": [{**deploy["extenders"][0], "urlPrefix": ext_url}],
-                "leaderElection": {"leaderElect": False}}))
-            sched_proc = plane.start_scheduler(cfg)
-            scheduler_name = "kube-scheduler " + plane.version.split()[-1]
+            plane.start_scheduler(kube_scheduler_config(ext_url, a.scheduler_qps))
+            scheduler_name = (f"kube-scheduler {plane.version.split()[-1]} (clientConnection "
+                              f"qps {a.scheduler_qps}, burst {2 * a.scheduler_qps})")
         else:
             scheduler_name = "driver"
+            assert ext_url is not None
             driver = Child("driver", *common, "--extender-url", ext_url)
             children.append(driver)
             started["driver"] = (await driver.start())["cpu_s"]
         rng = random.Random(a.seed)
         shapes = [s for s, w in SHAPES for _ in range(w)]
-        bodies = [json.dumps(pod_body(f"job-{i:05d}", rng.choice(shapes), not a.no_webhook))
+        bodies = [json.dumps(plain_pod_body(f"job-{i:05d}") if a.plain else
+                             pod_body(f"job-{i:05d}", rng.choice(shapes), not a.no_webhook))
                   for i in range(a.pods)]
+
+        def process_cpu() -> dict[str, float]:
+            """CPU seconds so far of every process but this one and the children."""
+            cpu = {p.name: cpu_seconds(p.popen.pid) for p in (plane.processes if plane else ())
+                   if p.popen is not None}
+            if procs.extender is not None:
+                cpu["extender"] = procs.extender_cpu_s + cpu_seconds(procs.extender.pid)
+            if procs.webhook is not None:
+                cpu["webhook"] = cpu_seconds(procs.webhook.pid)
+            if server is not None:
+                cpu["api_server"] = cpu_seconds(server.process.pid)
+            return cpu
+
         cpu_before = time.process_time()
-        started["extender"] = cpu_seconds(procs.extender.pid)  # type: ignore[union-attr]
-        if procs.webhook is not None:
-            started["webhook"] = cpu_seconds(procs.webhook.pid)
-        if server is not None:
-            started["api_server"] = cpu_seconds(server.process.pid)
+        started.update(process_cpu())
+        requests_before = await api_requests(kubeconfig) if plane is not None else Counter()
         async with api_session(kubeconfig, limit=a.concurrency, timeout=60) as api:
             t0 = time.monotonic()
             gate = asyncio.Semaphore(a.concurrency)
@@ -465,7 +503,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             creating = asyncio.gather(*(create(b) for b in bodies))
             await agent.line()  # half of the pods are bound
             restarted = False
-            if a.restart:
+            if a.restart and not a.plain:
                 procs.kill_extender(signal.SIGKILL)  # no clean-up: a crash mid-stream
                 procs.start_extender()
                 await wait_http(f"{ext_url}/readyz", "the restarted extender")
@@ -473,21 +511,19 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             await creating
         cpu = {"pod creation": time.process_time() - cpu_before}
         done = await agent.line()
+        cpu.update(process_cpu())
+        requests = (await api_requests(kubeconfig) - requests_before) if plane is not None else None
         bound, last = int(done["bound"]), done["last"]
         elapsed = (last - t0) if last is not None else 0.0
-        cpu["extender"] = procs.extender_cpu_s + cpu_seconds(procs.extender.pid)  # type: ignore[union-attr]
-        if procs.webhook is not None:
-            cpu["webhook"] = cpu_seconds(procs.webhook.pid)
-        if server is not None:
-            cpu["api_server"] = cpu_seconds(server.process.pid)
         stats = await driver.finish() if driver is not None else None
         if stats is not None:
             cpu["driver"] = stats["cpu_s"]
         cpu["node-agent emulator"] = (await agent.finish())["cpu_s"]
         pods = [dict(p) async for p in client.list(dict_view(Pod), namespace="default")]
         nodes = [dict(n) async for n in client.list(dict_view(Node))]
-        bad, stray = overcommitted(nodes, pods)
+        bad, stray = (0, 0) if a.plain else overcommitted(nodes, pods)
         return {
+            "mode": "plain" if a.plain else "gpuslice",
             "pods_per_s": round(bound / elapsed, 1) if elapsed > 0 else None,
             "bound": bound, "pods": a.pods, "nodes": a.nodes, "gpus_per_node": a.gpus,
             "seconds": round(elapsed, 2), "overcommitted_gpus": bad,
@@ -497,23 +533,75 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             "verb_ms_p50": stats["verb_ms_p50"] if stats else None,
             "cpu_ms_per_pod": {k: round((v - started.get(k, 0.0)) * 1000 / max(bound, 1), 2)
                                for k, v in cpu.items()},
+            "api_requests_per_pod": None if requests is None else {
+                k: round(n / max(bound, 1), 2) for k, n in requests.most_common()
+                if n >= bound / 20},
             "cpu_count": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
             "api_server": api_name, "scheduler": scheduler_name, "webhook": webhook,
-            "extender": "gpuslice scheduler (own process, Lease leader election)",
-            "node_agent": f"emulated (own process): marks gpuslice.io/allocated "
-                          f"{a.allocate_ms:g} ms after it sees a pod bound",
+            "extender": extender,
+            "node_agent": "not used (--plain): a watch records when each pod is bound" if a.plain
+            else f"emulated (own process): marks gpuslice.io/allocated {a.allocate_ms:g} ms "
+                 "after it sees a pod bound",
         }
     finally:
         for child in children:
             child.kill()
         await client.close()
-        if sched_proc is not None:
-            sched_proc.stop()
         procs.stop()
         if server is not None:
             server.stop()
         if plane is not None:
             plane.stop()
+
+
+async def api_requests(kubeconfig: Path) -> Counter[str]:
+    """kube-apiserver's apiserver_request_total, summed by verb, resource and subresource."""
+    async with api_session(kubeconfig, limit=1, timeout=30) as api, api.get("/metrics") as r:
+        text = await r.text()
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{"):
+            labels = dict(kv.split("=", 1) for kv in line[24:line.rindex("}")].split(","))
+            key = " ".join(labels.get(k, "").strip('"') for k in ("verb", "resource",
+                                                                    "subresource")).strip()
+            counts[key] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+async def untainted(client: AsyncClient, count: int, timeout: float) -> None:
+    """Until kube-controller-manager's node lifecycle controller has lifted the not-ready
+    taint from every (Ready) node, as it does for a node whose kubelet reports Ready."""
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = [dict(n) async for n in client.list(dict_view(Node))]
+        tainted = [n["metadata"]["name"] for n in nodes
+                   if any(t.get("key") == "node.kubernetes.io/not-ready"
+                          for t in (n["spec"].get("taints") or []))]
+        if len(nodes) >= count and not tainted:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"e2e_bench: {len(tainted)} nodes kept the not-ready taint for "
+                             f"{timeout:.0f}s (is kube-controller-manager running?)")
+        await asyncio.sleep(0.2)
+
+
+async def compare(a: argparse.Namespace) -> dict[str, Any]:
+    """--compare: plain and gpuslice runs alternated on fresh control planes, side by side."""
+    rounds = []
+    for _ in range(a.rounds):
+        pair = {}
+        for plain in (True, False):
+            pair["plain" if plain else "gpuslice"] = await run(
+                argparse.Namespace(**{**vars(a), "plain": plain}))
+        rounds.append(pair)
+    ratios = sorted(r["gpuslice"]["pods_per_s"] / r["plain"]["pods_per_s"] for r in rounds)
+    return {"ratio_median": round(ratios[len(ratios) // 2], 3),
+            "ratios": [round(x, 3) for x in ratios],
+            "plain_pods_per_s": [r["plain"]["pods_per_s"] for r in rounds],
+            "gpuslice_pods_per_s": [r["gpuslice"]["pods_per_s"] for r in rounds],
+            "overcommitted_gpus": sum(r["gpuslice"]["overcommitted_gpus"] for r in rounds),
+            "bound": min(r[m]["bound"] for r in rounds for m in r),
+            "rounds": rounds}
 
 
 def webhook_config(url: str, ca: bytes) -> dict[str, Any]:
@@ -541,6 +629,14 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--plain", action="store_true",
+                    help="pods without a GPU, the stock kube-scheduler alone (no webhook, no "
+                         "extender): the rate gpuslice is compared with; needs KUBEBUILDER_ASSETS")
+    ap.add_argument("--compare", action="store_true",
+                    help="--plain and gpuslice runs alternated, --rounds pairs, and their ratio")
+    ap.add_argument("--rounds", type=int, default=1, help="pairs of runs for --compare")
+    ap.add_argument("--scheduler-qps", type=int, default=500,
+                    help="the real kube-scheduler's clientConnection.qps (burst twice it)")
     ap.add_argument("--verb-cpu", action="store_true",
                     help="instead: the extender's CPU per verb, one call at a time")
     ap.add_argument("--role", choices=("driver", "agent"), help=argparse.SUPPRESS)
@@ -553,7 +649,7 @@ def main() -> int:
         gc.set_threshold(50_000, 20, 1000)
         asyncio.run(driver_role(a) if a.role == "driver" else agent_role(a))
         return 0
-    out = asyncio.run(verb_cpu(a) if a.verb_cpu else run(a))
+    out = asyncio.run(verb_cpu(a) if a.verb_cpu else compare(a) if a.compare else run(a))
     print(json.dumps(out) if a.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
     return 0 if a.verb_cpu or (out["overcommitted_gpus"] == 0 and out["bound"] == a.pods) else 1
 
