@@ -1,21 +1,36 @@
 """DRA end to end: do the limits the kubelet plugin writes equal what the scheduler allocated,
-and is any device over-committed (issue 13 item 5)?
+is any device over-committed (issue 13 item 5), and are claims made from templates and freed
+by kube-controller-manager?
 
 What runs: the API server (tests/kubeapi's server in its own process, or a real kube-apiserver
-+ etcd when KUBEBUILDER_ASSETS has them); per fake node (--gpus fake 80 GiB GPUs), gpuslice's
-SlicePublisher and its kubelet DRA plugin (dra/plugin.py served by dra/kubelet.py over real
-unix sockets, its own state and CDI dirs) registered with tests/kubelet's DRA kubelet
-emulator; --claims ResourceClaims of mixed shapes (memory and cores, one of them, a rounding
-case, none = a whole GPU); the allocator: the real kube-scheduler when KUBEBUILDER_ASSETS has
-one (claims are then used by pods on Ready fake nodes), else tests/kubeapi/dra_allocator.py's
-stand-in; then NodePrepareResources for every allocated claim through its node's emulator,
-one call at a time (prepare_*_ms: what the kubelet waits), and NodeUnprepareResources for all.
++ etcd + kube-controller-manager when KUBEBUILDER_ASSETS has them); per fake node (--gpus fake
+80 GiB GPUs), gpuslice's SlicePublisher and its kubelet DRA plugin (dra/plugin.py served by
+dra/kubelet.py over real unix sockets, its own state and CDI dirs) registered with
+tests/kubelet's DRA kubelet emulator; --claims claims of mixed shapes (memory and cores, one of
+them, a rounding case, none = a whole GPU); the allocator: the real kube-scheduler when
+KUBEBUILDER_ASSETS has one, else tests/kubeapi/dra_allocator.py's stand-in; then
+NodePrepareResources for every allocated claim through its node's emulator, one call at a time
+(prepare_*_ms: what the kubelet waits), and NodeUnprepareResources for all.
+Two paths on the real binaries (one pod per claim, on fake nodes that are Ready and that the
+node lifecycle controller has untainted before anything is timed):
+- direct: a ResourceClaim created by the benchmark, the pod names it (resourceClaimName);
+- from templates (--from-templates of the claims, default half): the pod names a
+  ResourceClaimTemplate (resourceClaimTemplateName) and kube-controller-manager's resourceclaim
+  controller creates its claim (owned by the pod).
+After unprepare every pod is deleted and the benchmark waits until kube-controller-manager has
+freed each claim as Kubernetes v1.36 does: a claim it made from a template is deleted (its pod,
+the owner, is gone); a direct claim stays but loses its reservedFor, its allocation and the
+delete-protection finalizer. The stand-in path (no KUBEBUILDER_ASSETS) has no
+kube-controller-manager: direct claims only, nothing freed (the output says so).
+kube-scheduler runs with clientConnection qps/burst raised (--scheduler-qps): its default 50
+qps caps DRA scheduling at ~17 pods/s (a claim status write, the binding and an event a pod).
 Checks, recomputed from the API's claims and slices (not the allocator's bookkeeping): each CDI
 spec's GPUs, CUDA_DEVICE_MEMORY_LIMIT_i and CUDA_DEVICE_SM_LIMIT equal the allocation's
 consumedCapacity (a whole device: its published memory, no compute limit); no device's shares
 sum past its capacity, no exclusive device is held twice; unprepare leaves no CDI spec.
-Prints one JSON object (allocated, prepared, overcommitted_devices, prepare_p99_ms, api_server,
-scheduler, ...). Usage: python benchmarks/dra_e2e.py [--nodes 20 --claims 400 --json]
+Prints one JSON object (allocated, prepared, overcommitted_devices, prepare_p99_ms,
+claims_from_templates, freed_after_delete, free_s, paths, api_server, scheduler, ...).
+Usage: python benchmarks/dra_e2e.py [--nodes 20 --claims 400 --json]
 """
 
 from __future__ import annotations
@@ -46,6 +61,7 @@ from lightkube.resources.core_v1 import Namespace, Node, NodeStatus, Pod  # noqa
 from lightkube.resources.resource_v1 import (  # noqa: E402
     DeviceClass,
     ResourceClaim,
+    ResourceClaimTemplate,
     ResourceSlice,
 )
 from lightkube.types import PatchType  # noqa: E402
@@ -63,7 +79,7 @@ from gpuslice.node.inventory import node_gpus  # noqa: E402
 from gpuslice.node.nvml import DeviceInfo  # noqa: E402
 from gpuslice.node.settings import DraConfig, NodeConfig  # noqa: E402
 from gpuslice.quantity import parse_quantity  # noqa: E402
-from kubeapi.dra_allocator import StandInAllocator, results  # noqa: E402
+from kubeapi.dra_allocator import DELETE_PROTECTION, StandInAllocator, results  # noqa: E402
 from kubelet.dra import DraKubelet  # noqa: E402
 
 GPU_MIB = 81920
@@ -148,10 +164,72 @@ def claim_body(i: int, requests: dict[str, str] | None) -> dict[str, Any]:
             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exact}]}}}
 
 
-async def allocate_with_kube_scheduler(client: AsyncClient, plane: Any, nodes: list[str],
-                                       claims: list[dict[str, Any]], work: Path,
-                                       timeout: float) -> None:
-    """Pods that use the claims on Ready fake nodes; the real kube-scheduler allocates."""
+def template_body(kind: int) -> dict[str, Any]:
+    """The ResourceClaimTemplate of SHAPES[kind] (same spec as a direct claim of that shape)."""
+    spec = claim_body(0, SHAPES[kind][0])["spec"]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": f"gpu-shape-{kind}", "namespace": NS}, "spec": {"spec": spec}}
+
+
+@dataclass(frozen=True)
+class PodClaim:
+    """One pod of the real path and how it gets its claim."""
+
+    pod: str
+    claim: str = ""  # a direct claim's name (resourceClaimName)
+    template: str = ""  # else the template kube-controller-manager makes its claim from
+
+    def body(self) -> dict[str, Any]:
+        ref = ({"resourceClaimName": self.claim} if self.claim
+               else {"resourceClaimTemplateName": self.template})
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": self.pod,
+                                                                "namespace": NS},
+                "spec": {"resourceClaims": [{"name": "gpu", **ref}],
+                         "containers": [{"name": "c",
+                                         "image": "registry.invalid/pause:never-pulled",
+                                         "resources": {"claims": [{"name": "gpu"}]}}]}}
+
+
+def owner_pod(claim: dict[str, Any]) -> str:
+    """The pod a claim was made for (kube-controller-manager's controller reference), or ""."""
+    return next((o["name"] for o in claim["metadata"].get("ownerReferences") or ()
+                 if o.get("kind") == "Pod" and o.get("controller")), "")
+
+
+async def our_claims(client: AsyncClient, pods: list[PodClaim]) -> list[dict[str, Any]]:
+    """The claims of `pods` that exist: direct ones by name, generated ones by owner."""
+    direct = {p.claim for p in pods if p.claim}
+    templated = {p.pod for p in pods if p.template}
+    return [dict(c) async for c in client.list(dict_view(ResourceClaim), namespace=NS)
+            if c["metadata"]["name"] in direct or owner_pod(dict(c)) in templated]
+
+
+GAVE_UP: list[str] = []  # stages that ended without progress, for the output
+
+
+async def until(what: str, done: Any, timeout: float, poll: float = 0.2) -> float:
+    """Await `done()` (a coroutine function returning how many things are still missing) until
+    it returns 0; the seconds it took. After `timeout` seconds WITHOUT PROGRESS (the count did
+    not fall) it gives up, notes it in GAVE_UP and returns the seconds until the last progress
+    (say, when the last claim that fits was allocated), not the time spent waiting after it."""
+    t0 = since = time.perf_counter()
+    last = -1
+    while True:
+        missing = await done()
+        now = time.perf_counter()
+        if missing == 0:
+            return now - t0
+        if last < 0 or missing < last:
+            last, since = missing, now
+        elif now - since > timeout:
+            GAVE_UP.append(f"{what}: {missing} missing, no progress for {timeout:.0f} s")
+            return since - t0
+        await asyncio.sleep(poll)
+
+
+async def ready_nodes(client: AsyncClient, nodes: list[str], timeout: float) -> float:
+    """Ready fake nodes (no kubelet) and the seconds until kube-controller-manager's node
+    lifecycle controller lifted the not-ready taint kube-apiserver gives every new Node."""
     for name in nodes:
         await client.create(dict_view(Node)({"apiVersion": "v1", "kind": "Node", "metadata": {
             "name": name, "labels": {"kubernetes.io/hostname": name}}}))
@@ -161,30 +239,108 @@ async def allocate_with_kube_scheduler(client: AsyncClient, plane: Any, nodes: l
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "fake node, no kubelet"}]}},
             patch_type=PatchType.MERGE)
-    for c in claims:
-        name = c["metadata"]["name"]
-        await client.create(dict_view(Pod)({"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": f"pod-{name}", "namespace": NS}, "spec": {
-            "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-            "containers": [{"name": "c", "image": "registry.invalid/pause:never-pulled",
-                            "resources": {"claims": [{"name": "gpu"}]}}]}}), namespace=NS)
-    config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-              "profiles": [{"schedulerName": "default-scheduler"}],
-              "leaderElection": {"leaderElect": False}}
-    names = {c["metadata"]["name"] for c in claims}
-    proc = plane.start_scheduler(config)
+
+    async def tainted() -> int:
+        return len([n async for n in client.list(dict_view(Node))  # not sum(): async
+                    if n["metadata"]["name"] in nodes and n["spec"].get("taints")])
+    return await until("the nodes to lose the not-ready taint", tainted, timeout)
+
+
+def unschedulable(pod: dict[str, Any]) -> bool:
+    """kube-scheduler found the pod no room (PodScheduled=False, Unschedulable)."""
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+               and c.get("reason") == "Unschedulable"
+               for c in (pod.get("status") or {}).get("conditions") or ())
+
+
+def scheduler_configuration(qps: float) -> dict[str, Any]:
+    return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "profiles": [{"schedulerName": "default-scheduler"}],
+            "clientConnection": {"qps": qps, "burst": int(qps * 2)},
+            "leaderElection": {"leaderElect": False}}
+
+
+async def allocate_with_kube_scheduler(client: AsyncClient, plane: Any, pods: list[PodClaim],
+                                       args: argparse.Namespace) -> dict[str, float]:
+    """Pods that use the claims; kube-controller-manager makes the templates' claims, then the
+    real kube-scheduler allocates them all. The seconds each stage took."""
+    took: dict[str, float] = {}
+    for kind in sorted({int(p.template.rsplit("-", 1)[1]) for p in pods if p.template}):
+        await client.create(dict_view(ResourceClaimTemplate)(template_body(kind)), namespace=NS)
+    t0 = time.perf_counter()
+    for p in pods:
+        await client.create(dict_view(Pod)(p.body()), namespace=NS)
+    took["create_pods_s"] = time.perf_counter() - t0
+    templated = {p.pod for p in pods if p.template}
+
+    async def not_made() -> int:
+        made = {owner_pod(dict(c)) async for c in
+                client.list(dict_view(ResourceClaim), namespace=NS)}
+        return len(templated - made)
+    # from the first pod's create: kube-controller-manager works while they are created
+    took["claims_from_templates_s"] = (await until(
+        "kube-controller-manager to create the templates' claims", not_made, args.timeout)
+        + took["create_pods_s"])
+
+    by_claim = {p.claim: p.pod for p in pods if p.claim}
+
+    async def undecided() -> int:  # pods neither allocated nor found no room for
+        placed = {owner_pod(c) or by_claim.get(c["metadata"]["name"], "")
+                  for c in await our_claims(client, pods) if results(c)}
+        refused = {p["metadata"]["name"] async for p in client.list(
+            dict_view(Pod), namespace=NS) if unschedulable(dict(p))}
+        return len({p.pod for p in pods} - placed - refused)
+    t0 = time.perf_counter()  # from kube-scheduler's launch: its start-up counts
+    proc = plane.start_scheduler(scheduler_configuration(args.scheduler_qps))
     try:
-        last, since = -1, time.monotonic()
-        while time.monotonic() - since < timeout:  # until no claim was allocated for a while
-            done = len([c async for c in client.list(dict_view(ResourceClaim), namespace=NS)
-                        if c["metadata"]["name"] in names and results(dict(c))])
-            if done == len(claims):
-                break
-            if done != last:
-                last, since = done, time.monotonic()
-            await asyncio.sleep(0.5)
+        launched = time.perf_counter() - t0
+        took["allocate_s"] = launched + await until(
+            "kube-scheduler to allocate every claim or find it no room", undecided,
+            args.timeout, poll=0.1)
     finally:
         proc.stop()
+    return took
+
+
+async def delete_and_wait_freed(client: AsyncClient, pods: list[PodClaim],
+                                claims: list[dict[str, Any]], timeout: float
+                                ) -> dict[str, Any]:
+    """Delete every pod; wait until kube-controller-manager freed each allocated claim: one
+    made from a template is deleted, a direct one keeps existing without reservedFor,
+    allocation and delete-protection finalizer. Counts and the seconds to free each path."""
+    made = {c["metadata"]["name"] for c in claims if owner_pod(c) and results(c)}
+    direct = {c["metadata"]["name"] for c in claims if not owner_pod(c) and results(c)}
+    t0 = time.perf_counter()
+    for p in pods:
+        with contextlib.suppress(errors.NotFound), errors.translate(f"delete pod {p.pod}"):
+            await client.delete(Pod, p.pod, namespace=NS, grace_period=0)
+    deleted_s = time.perf_counter() - t0
+    freed_at: dict[str, float] = {}
+
+    def is_free(c: dict[str, Any]) -> bool:
+        status = c.get("status") or {}
+        return not (status.get("reservedFor") or status.get("allocation")
+                    or DELETE_PROTECTION in (c["metadata"].get("finalizers") or ()))
+
+    async def held() -> int:
+        now = time.perf_counter() - t0
+        live = {c["metadata"]["name"]: dict(c) async for c in
+                client.list(dict_view(ResourceClaim), namespace=NS)}
+        for name in made - set(live) - set(freed_at):
+            freed_at[name] = now
+        for name in direct - set(freed_at):
+            if name in live and is_free(live[name]):
+                freed_at[name] = now
+        return len(made) + len(direct) - len(freed_at)
+    await until("kube-controller-manager to free the claims", held, timeout, poll=0.1)
+
+    def path(names: set[str]) -> dict[str, Any]:
+        times = sorted(freed_at[n] for n in names if n in freed_at)
+        return {"allocated": len(names), "freed_after_delete": len(times),
+                "free_p50_s": round(pct(times, 0.5), 2) if times else 0.0,
+                "free_s": round(max(times), 2) if times else 0.0}
+    return {"delete_pods_s": round(deleted_s, 2), "direct": path(direct),
+            "from_templates": path(made)}
 
 
 def expected_limits(claim: dict[str, Any], devices: dict[tuple[str, str], dict[str, Any]]
@@ -227,6 +383,19 @@ def overcommitted(claims: list[dict[str, Any]], devices: dict[tuple[str, str], d
     return sorted(bad)
 
 
+def version(binary: Path) -> str:
+    """`kube-controller-manager v1.36.2`, from the binary that ran."""
+    import subprocess
+
+    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
+                         timeout=30).stdout.split()
+    return f"{binary.name} {out[-1] if out else 'unknown'}"
+
+
+TEMPLATES_NEED = ("not run: claims made from templates and freed after delete need "
+                  "kube-controller-manager and kube-scheduler (real binaries: KUBEBUILDER_ASSETS)")
+
+
 async def bench(client: AsyncClient, args: argparse.Namespace, base: Path, *,
                 api_server: str, plane: Any = None) -> dict[str, Any]:
     with contextlib.suppress(errors.Conflict), errors.translate(f"create namespace {NS}"):
@@ -237,34 +406,50 @@ async def bench(client: AsyncClient, args: argparse.Namespace, base: Path, *,
         await client.create(dict_view(DeviceClass)({
             "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DRIVER},
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}))
+    GAVE_UP.clear()
+    real = plane is not None and plane.assets.kube_scheduler is not None
+    kcm = real and plane.assets.kube_controller_manager is not None
+    share = args.from_templates if kcm else 0.0
     names = [f"gpu-node-{i:02d}" for i in range(args.nodes)]
     nodes: dict[str, FakeNode] = {}
     publish_s = []
+    stages: dict[str, float] = {}
+    freed: dict[str, Any] = {}
     try:
         for name in names:
             nodes[name], took = await start_node(client, name, base, args.gpus, args.step)
             publish_s.append(took)
         rng = random.Random(args.seed)
-        shapes = [s for s, w in SHAPES for _ in range(w)]
-        bodies = [claim_body(i, rng.choice(shapes)) for i in range(args.claims)]
-        for body in bodies:
+        kinds = [k for k, (_, w) in enumerate(SHAPES) for _ in range(w)]
+        pods: list[PodClaim] = []
+        for i in range(args.claims):
+            kind = rng.choice(kinds)
+            if int((i + 1) * share) > int(i * share):  # spread evenly among the direct ones
+                pods.append(PodClaim(f"pod-t{i:05d}", template=f"gpu-shape-{kind}"))
+                continue
+            body = claim_body(i, SHAPES[kind][0])
             await client.create(dict_view(ResourceClaim)(body), namespace=NS)
-        t0 = time.perf_counter()
-        if plane is not None and plane.assets.kube_scheduler is not None:
+            pods.append(PodClaim(f"pod-{body['metadata']['name']}",
+                                 claim=body["metadata"]["name"]))
+        if real:
             scheduler = "kube-scheduler " + plane.version.split()[-1]
-            await allocate_with_kube_scheduler(client, plane, names, bodies, base, args.timeout)
+            stages["nodes_untainted_s"] = await ready_nodes(client, names, args.timeout)
+            stages.update(await allocate_with_kube_scheduler(client, plane, pods, args))
         else:
             scheduler = StandInAllocator.name
+            t0 = time.perf_counter()
             await StandInAllocator(client, nodes=names, namespace=NS).allocate_pending()
-        allocate_s = time.perf_counter() - t0
-        ours = {b["metadata"]["name"] for b in bodies}  # a real cluster may hold others
-        claims = [dict(c) async for c in client.list(dict_view(ResourceClaim), namespace=NS)
-                  if c["metadata"]["name"] in ours]
+            stages["allocate_s"] = time.perf_counter() - t0
+        claims = await our_claims(client, pods)  # a real cluster may hold others
         slices = [dict(s) async for s in client.list(dict_view(ResourceSlice))
                   if s["spec"].get("nodeName") in nodes]
         devices = {(s["spec"]["pool"]["name"], d["name"]): d
                    for s in slices for d in s["spec"]["devices"]}
         allocated = [c for c in claims if results(c)]
+        by_claim = {p.claim: p.pod for p in pods if p.claim}
+        reserved = sum(1 for c in allocated if [r.get("name") for r in (
+            c["status"].get("reservedFor") or ())] == [
+            owner_pod(c) or by_claim.get(c["metadata"]["name"])])
         prepare_ms, failures = await call_each(nodes, allocated, "prepare")
         mismatches = []
         for c in allocated:
@@ -279,14 +464,38 @@ async def bench(client: AsyncClient, args: argparse.Namespace, base: Path, *,
                 mismatches.append(f"{c['metadata']['name']}: CDI {env} != allocation {want}")
         unprepare_ms, unprepare_failures = await call_each(nodes, allocated, "unprepare")
         left = sorted(p.name for n in nodes.values() for p in (n.dir / "cdi").glob("*.json"))
+        if kcm:  # the kubelet unprepares, then the pods go: kube-controller-manager frees
+            freed = await delete_and_wait_freed(client, pods, claims, args.timeout)
     finally:
         for node in nodes.values():
             with contextlib.suppress(Exception):
                 await node.stop()
     over = overcommitted(claims, devices)
+    made = [c for c in claims if owner_pod(c)]
+    paths: dict[str, Any] = {"direct": {
+        "pods": sum(1 for p in pods if p.claim) if real else 0,
+        "claims": sum(1 for p in pods if p.claim),
+        "allocated": sum(1 for c in allocated if not owner_pod(c))}}
+    if kcm:
+        paths["from_templates"] = {
+            "pods": len(pods) - paths["direct"]["claims"], "claims_from_templates": len(made),
+            "allocated": sum(1 for c in allocated if owner_pod(c))}
+        for name in ("direct", "from_templates"):
+            paths[name].update({k: v for k, v in freed[name].items() if k != "allocated"})
+    else:
+        paths["from_templates"] = TEMPLATES_NEED
+        paths["direct"]["freed_after_delete"] = ("not run: nothing frees claims without "
+                                                 "kube-controller-manager")
+    allocate_s = stages.get("allocate_s", 0.0)
     return {
-        "allocated": len(allocated), "pending": len(claims) - len(allocated),
+        "allocated": len(allocated), "pending": args.claims - len(allocated),
         "prepared": len(allocated) - len(failures),
+        "reserved_for_their_pod": reserved if real else None,
+        "claims_from_templates": len(made),
+        "freed_after_delete": (sum(freed[n]["freed_after_delete"]
+                                   for n in ("direct", "from_templates")) if freed else None),
+        "free_s": max(freed["direct"]["free_s"], freed["from_templates"]["free_s"])
+        if freed else None,
         "prepare_errors": [f"{k}: {v}" for k, v in failures.items()][:5],
         "unprepare_errors": [f"{k}: {v}" for k, v in unprepare_failures.items()][:5],
         "cdi_mismatches": len(mismatches),
@@ -306,8 +515,19 @@ async def bench(client: AsyncClient, args: argparse.Namespace, base: Path, *,
         "unprepare_p99_ms": round(pct(unprepare_ms, 0.99), 2) if unprepare_ms else 0.0,
         "publish_p99_ms": round(pct([s * 1000 for s in publish_s], 0.99), 2),
         "allocate_s": round(allocate_s, 2),
+        "allocated_per_s": round(len(allocated) / allocate_s, 1) if allocate_s else 0.0,
+        **{k: round(v, 2) for k, v in stages.items() if k != "allocate_s"},
+        **({"delete_pods_s": freed["delete_pods_s"]} if freed else {}),
+        "paths": paths,
+        "gave_up": list(GAVE_UP),  # e.g. claims that fit nowhere: left pending
         "nodes": args.nodes, "gpus_per_node": args.gpus, "claims": args.claims,
         "memory_step_mib": args.step, "api_server": api_server, "scheduler": scheduler,
+        **({"scheduler_client": {
+            "qps": args.scheduler_qps, "burst": int(args.scheduler_qps * 2),
+            "why": "raised from kube-scheduler's default clientConnection qps 50 / burst 100, "
+                   "which caps DRA scheduling at ~17 pods/s"}} if real else {}),
+        "controller_manager": (version(plane.assets.kube_controller_manager) if kcm
+                               else "none (nothing frees claims)"),
         "plugin": "gpuslice DRA plugin over gRPC unix sockets (tests/kubelet/dra.py emulator)",
     }
 
@@ -320,7 +540,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--step", type=int, default=256, help="dra.memoryStepMiB")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--timeout", type=float, default=60.0,
-                   help="seconds the real kube-scheduler may go without allocating a claim")
+                   help="seconds a real control plane's stage (untainting nodes, making claims "
+                        "from templates, allocating, freeing) may go without progress")
+    p.add_argument("--from-templates", type=float, default=0.5,
+                   help="share of the claims made by kube-controller-manager from "
+                        "ResourceClaimTemplates (real binaries only)")
+    p.add_argument("--scheduler-qps", type=float, default=500.0,
+                   help="kube-scheduler's clientConnection qps (burst: twice that)")
     p.add_argument("--json", action="store_true", help="print JSON only")
     return p.parse_args(argv)
 
@@ -356,6 +582,10 @@ if __name__ == "__main__":
     arguments = parse()
     result = asyncio.run(main(arguments))
     print(json.dumps(result, indent=None if arguments.json else 2))
+    made = result["paths"]["from_templates"]
     if result["overcommitted_devices"] or result["cdi_mismatches"] or \
-            result["prepared"] != result["allocated"] or result["unprepare_errors"]:
+            result["prepared"] != result["allocated"] or result["unprepare_errors"] or (
+            result["freed_after_delete"] is not None and
+            result["freed_after_delete"] != result["allocated"]) or (
+            isinstance(made, dict) and made["claims_from_templates"] != made["pods"]):
         sys.exit(1)

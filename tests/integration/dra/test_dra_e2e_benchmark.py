@@ -1,7 +1,12 @@
-"""benchmarks/dra_e2e.py, small: slices published, claims of every shape allocated (the real
-kube-scheduler when KUBEBUILDER_ASSETS has one, else the stand-in), each prepared through the
-kubelet DRA plugin over gRPC: the CDI limits equal consumedCapacity, no device over-committed,
-unprepare leaves nothing."""
+"""benchmarks/dra_e2e.py, small: slices published, claims of every shape allocated, each
+prepared through the kubelet DRA plugin over gRPC: the CDI limits equal consumedCapacity, no
+device over-committed (more claims than the GPUs hold: some stay pending), unprepare leaves
+nothing. In-process: the stand-in allocator, direct claims only. On the real control plane
+(kube-apiserver, kube-controller-manager, kube-scheduler v1.36): half the pods name a direct
+ResourceClaim, half a ResourceClaimTemplate; kube-controller-manager creates those claims,
+kube-scheduler allocates both kinds and reserves each for its pod, and after the pods are
+deleted kube-controller-manager frees every allocated claim (made from a template: deleted;
+direct: reservedFor, allocation and finalizer gone)."""
 
 from __future__ import annotations
 
@@ -35,7 +40,10 @@ async def test_every_allocated_claim_is_prepared_with_its_consumed_capacity(kube
     finally:
         await client.close()
         shutil.rmtree(base, ignore_errors=True)
-    assert got["allocated"] >= 15 and got["allocated"] + got["pending"] == 30
+    # 30 claims, 8 GPUs: about half fit; how many depends on the allocator's order and scoring
+    # (the stand-in: 18; kube-scheduler v1.36.2: 15-18 in recorded runs)
+    assert got["allocated"] >= (12 if kube_api.is_real else 15)
+    assert got["allocated"] + got["pending"] == 30 and got["pending"] > 0
     assert got["prepared"] == got["allocated"], got["prepare_errors"]
     assert got["cdi_mismatches"] == 0, got["cdi_mismatch_examples"]
     assert got["overcommitted_devices"] == 0, got["overcommitted_examples"]
@@ -43,6 +51,24 @@ async def test_every_allocated_claim_is_prepared_with_its_consumed_capacity(kube
     assert got["uncapped_compute_shares"] > 0 and got["shares"] > got["uncapped_compute_shares"], (
         "both kinds of claim ran: shares with a compute cap and claims that name no cores")
     assert got["api_server"] == kube_api.backend and got["prepare_p99_ms"] > 0
+    paths = got["paths"]
+    if not kube_api.is_real:
+        assert "not run" in paths["from_templates"] and got["freed_after_delete"] is None
+        return
+    assert got["scheduler"].startswith("kube-scheduler v1.36"), got["scheduler"]
+    assert got["controller_manager"].startswith("kube-controller-manager v1.36")
+    assert not got["gave_up"], got["gave_up"]
+    made = paths["from_templates"]
+    assert made["pods"] == 15 and made["claims_from_templates"] == 15, \
+        "kube-controller-manager made one claim per pod that names a template"
+    assert got["claims_from_templates"] == 15
+    assert made["allocated"] > 0 and paths["direct"]["allocated"] > 0, paths
+    assert got["reserved_for_their_pod"] == got["allocated"], "reservedFor: exactly its pod"
+    assert got["freed_after_delete"] == got["allocated"], paths
+    assert made["freed_after_delete"] == made["allocated"], "claims from templates: deleted"
+    assert paths["direct"]["freed_after_delete"] == paths["direct"]["allocated"], \
+        "direct claims: not reserved, not allocated, no finalizer"
+    assert got["scheduler_client"]["qps"] > 50, "kube-scheduler's default qps would cap it"
 
 
 def test_the_expected_limits_of_an_exclusive_result_are_the_whole_device(dra_e2e):
