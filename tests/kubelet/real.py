@@ -50,7 +50,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,8 +60,11 @@ import yaml
 NODE = "gpuslice-real-node"
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")  # the kubelet's, whatever --root-dir
 CHECKPOINT = DEVICE_PLUGIN_DIR / "kubelet_internal_checkpoint"
-SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
-           "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")  # setupKernelTunables
+KUBELET_SYSCTLS = {  # what the kubelet sets at start (its setupKernelTunables), v1.36
+    "vm/overcommit_memory": "1", "vm/panic_on_oom": "0", "kernel/panic": "10",
+    "kernel/panic_on_oops": "1", "kernel/keys/root_maxkeys": "1000000",
+    "kernel/keys/root_maxbytes": "25000000"}
+SYSCTLS = tuple(KUBELET_SYSCTLS)
 KUBELET_DIRS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers")
 GUARD_DIR = Path("/var/tmp/gpuslice-real-kubelet")
 REPO = Path(__file__).resolve().parents[2]
@@ -115,6 +118,10 @@ def mount_points() -> list[str]:
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         out.append(_unescape(line.split()[4]))
     return out
+
+
+def _mounted_under(path: str) -> bool:
+    return any(m == path or m.startswith(path + "/") for m in mount_points())
 
 
 def _entries(top: str) -> list[str] | None:
@@ -330,7 +337,7 @@ def recover() -> list[str]:
     time.sleep(0.2 if done else 0)
     done += restore(HostState.from_json(data["before"]), tuple(data["under"]))
     work = data.get("work")
-    if work and os.path.isdir(work) and not any(m.startswith(work) for m in mount_points()):
+    if work and os.path.isdir(work) and not _mounted_under(work):
         shutil.rmtree(work, ignore_errors=True)
         done.append(f"removed {work}")
     path.unlink()
@@ -640,6 +647,16 @@ class RealNode:
         """Stop the agent, the kubelet and fake-cri (SIGTERM each, in that order), then restore
         the host and remove the work dir. Idempotent. Returns what the restore did."""
         atexit.unregister(self.stop)
+        main = threading.current_thread() is threading.main_thread()
+        if main:  # a second Ctrl-C must not cut the restore short: it waits until we are done
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            return self._stop()
+        finally:
+            if main:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def _stop(self) -> list[str]:
         codes = {}
         for p in ("agent", "kubelet", "cri"):
             proc = getattr(self, p, None)
@@ -654,7 +671,7 @@ class RealNode:
                     threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGTERM, self._old_sigterm)
                 self._old_sigterm = None
-        if not any(m.startswith(str(self.work)) for m in mount_points()):
+        if not _mounted_under(str(self.work)):
             shutil.rmtree(self.work, ignore_errors=True)
         return self.restored
 
@@ -821,7 +838,20 @@ class Tier:
             self.services = None
         if self.node is not None:
             restored = self.node.stop()
+            with contextlib.suppress(Exception):  # the cluster as we found it (best effort)
+                from lightkube.resources.coordination_v1 import Lease
+                from lightkube.resources.core_v1 import Node
+
+                client = self.plane_client()
+                client.delete(Node, self.node.name)
+                client.delete(Lease, self.node.name, namespace="kube-node-lease")
+            self.node = None
         return restored
+
+    def plane_client(self) -> Any:
+        from lightkube import Client, KubeConfig
+
+        return Client(config=KubeConfig.from_file(self.plane.kubeconfig))
 
     def ensure(self) -> RealNode:
         """The node running and Ready: started afresh if a test stopped it (or a process
@@ -849,6 +879,29 @@ class Tier:
         assert self.services is not None
         return self.services.client()
 
+    def wait_pods(self, names: list[str], phase: str = "Running", timeout: float = 60.0
+                  ) -> dict[str, dict[str, Any]]:
+        """The namespace's pods `names` once all are in `phase`; AssertionError with their
+        state and the namespace's events if they are not within `timeout`."""
+        from lightkube.resources.core_v1 import Event, Pod
+
+        from gpuslice.kube.client import dict_view
+
+        client, ns = self.client(), self.namespace
+        deadline = time.monotonic() + timeout
+        while True:
+            pods = {n: dict(client.get(dict_view(Pod), n, namespace=ns)) for n in names}
+            if all(p["status"].get("phase") == phase for p in pods.values()):
+                return pods
+            if time.monotonic() > deadline:
+                state = {n: (p["spec"].get("nodeName"), p["status"].get("phase"),
+                             p["status"].get("message")) for n, p in pods.items()}
+                events = [(e["involvedObject"]["name"], e["reason"], e["message"][:200])
+                          for e in client.list(dict_view(Event), namespace=ns)]
+                raise AssertionError(f"pods not {phase} after {timeout:.0f} s: {state}; "
+                                     f"events: {events}")
+            time.sleep(0.2)
+
     def clean(self) -> None:
         """Delete the namespace's pods (grace 0) and wait until the API has none left."""
         from lightkube.resources.core_v1 import Pod
@@ -857,6 +910,14 @@ class Tier:
         client.deletecollection(Pod, namespace=self.namespace, grace_period=0)
         _wait(lambda: not list(client.list(Pod, namespace=self.namespace)),
               "the namespace's pods gone", 30)
+        n = self.node
+        if n is not None and getattr(n, "kubelet", None) is not None and n.kubelet.running:
+            # the kubelet lets go of their devices once it has dropped the pods
+            from gpuslice.node.verify import list_pod_resources
+
+            _wait(lambda: not any(ns == self.namespace for ns, _ in asyncio.run(
+                list_pod_resources(str(n.pod_resources_socket)))),
+                "the kubelet done with the namespace's pods", 30, n.kubelet)
 
 
 def pod_body(name: str, namespace: str, limits: dict[str, str], **extra: Any) -> dict[str, Any]:
@@ -923,6 +984,45 @@ def overcommitted(node: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str,
                         for u, (m, c, s, _) in used.items()}}
 
 
+def devices_vs_assignments(pods: list[dict[str, Any]], checkpoint: list[dict[str, Any]],
+                           regions: Path | None = None) -> list[str]:
+    """Each assigned container whose devices in the kubelet's checkpoint do not lie exactly on
+    its assigned GPUs, whose Allocate answer names other GPUs, or (with `regions`, the agent's
+    <stateDir>/regions) whose region holds other GPUs or limits; a device given twice."""
+    from gpuslice import codec
+    from gpuslice.shim import Region
+
+    entries = {(e["pod_uid"], e["container"]): e for e in checkpoint}
+    wrong = []
+    seen_ids: dict[tuple[str, str], str] = {}  # the kubelet counts devices per resource
+    for p in pods:
+        text = (p["metadata"].get("annotations") or {}).get(codec.ASSIGNMENT_ANNOTATION)
+        for c in codec.decode_assignment(text).containers if text else ():
+            where = f"{p['metadata']['name']}/{c.container}"
+            entry = entries.get((p["metadata"]["uid"], c.container))
+            if entry is None:
+                wrong.append(f"{where}: not in the kubelet's checkpoint")
+                continue
+            uuids = [s.uuid for s in c.slices]
+            if {d.split("::")[0] for d in entry["devices"]} != set(uuids) or \
+                    entry["envs"].get("NVIDIA_VISIBLE_DEVICES") != ",".join(uuids):
+                wrong.append(f"{where}: devices {entry['devices']}, assigned {uuids}")
+            if regions is not None:
+                try:
+                    r = Region.read(regions / p["metadata"]["uid"] / c.container / "region")
+                    held = [(d.uuid, d.limit >> 20) for d in r.devices if d.uuid]
+                except OSError as exc:
+                    held = [("unreadable", str(exc))]  # type: ignore[list-item]
+                if held != [(s.uuid, s.memory_mib) for s in c.slices]:
+                    wrong.append(f"{where}: region holds {held}")
+            for d in entry["devices"]:
+                key = (entry["resource"], d)
+                if key in seen_ids:
+                    wrong.append(f"{where}: {key} also given to {seen_ids[key]}")
+                seen_ids[key] = where
+    return wrong
+
+
 async def burst(tier: Tier, count: int = 30, seed: int = 1, timeout: float = 150.0
                 ) -> dict[str, Any]:
     """Create `count` GPU pods of mixed shapes at once (through the webhook, kube-scheduler +
@@ -934,7 +1034,7 @@ async def burst(tier: Tier, count: int = 30, seed: int = 1, timeout: float = 150
     from lightkube import AsyncClient, KubeConfig
     from lightkube.resources.core_v1 import Event, Pod
 
-    from gpuslice import codec, handoff
+    from gpuslice import handoff
     from gpuslice.kube.client import dict_view
 
     assert tier.node is not None and tier.services is not None
@@ -945,6 +1045,9 @@ async def burst(tier: Tier, count: int = 30, seed: int = 1, timeout: float = 150
     refused_before = metric(tier.services.extender_metrics(),
                             "gpuslice_scheduler_pods_refused_total",
                             reason="waiting for an in-flight pod")
+    before = tier.node.agent_metrics()
+    swaps_before = metric(before, "gpuslice_allocate_swaps_total")
+    mismatches_before = metric(before, "gpuslice_allocate_mismatches_total")
     client = AsyncClient(config=KubeConfig.from_file(tier.plane.kubeconfig))
     created: dict[str, float] = {}
     bound: dict[str, float] = {}
@@ -990,32 +1093,27 @@ async def burst(tier: Tier, count: int = 30, seed: int = 1, timeout: float = 150
     watcher.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await watcher
-    pods = [dict(p) async for p in client.list(dict_view(Pod), namespace=ns)]
-    events = [dict(e) async for e in client.list(dict_view(Event), namespace=ns)]
+    # the real kubelet may admit interchangeable pods in another order than they were bound:
+    # the agent then swaps their assignments after its PodResources check (verify.py); wait
+    # for the annotations to say what each container runs with (or 20 s)
+    t_done = time.monotonic()
+    while True:
+        pods = [dict(p) async for p in client.list(dict_view(Pod), namespace=ns)]
+        wrong_devices = devices_vs_assignments(pods, tier.node.checkpoint(),
+                                               tier.node.state_dir / "regions")
+        if not wrong_devices or time.monotonic() - t_done > 20:
+            break
+        await asyncio.sleep(0.25)
+    agreed_s = time.monotonic() - t_done
+    uids = {p["metadata"]["uid"] for p in pods}  # this burst's (the namespace keeps events)
+    events = [dict(e) async for e in client.list(dict_view(Event), namespace=ns)
+              if e["involvedObject"].get("uid") in uids]
     await client.close()
     node = tier.node.node()
     assert node is not None
     waiting = [e for e in events if e.get("reason") == "FailedScheduling" and
                "waiting for pod" in e.get("message", "")]
-    checkpoint = {(e["pod_uid"], e["container"]): e for e in tier.node.checkpoint()}
-    wrong_devices = []
-    seen_ids: dict[str, str] = {}
-    for p in pods:
-        text = (p["metadata"].get("annotations") or {}).get(codec.ASSIGNMENT_ANNOTATION)
-        if not text:
-            continue
-        for c in codec.decode_assignment(text).containers:
-            entry = checkpoint.get((p["metadata"]["uid"], c.container))
-            want = {s.uuid for s in c.slices}
-            got = {d.split("::")[0] for d in (entry or {}).get("devices", [])}
-            if entry is None or got != want or \
-                    entry["envs"].get("NVIDIA_VISIBLE_DEVICES") != ",".join(
-                        s.uuid for s in c.slices):
-                wrong_devices.append(f"{p['metadata']['name']}/{c.container}")
-            for d in (entry or {}).get("devices", []):
-                if d in seen_ids:
-                    wrong_devices.append(f"{d} given twice")
-                seen_ids[d] = p["metadata"]["name"]
+    agent = tier.node.agent_metrics()
     names = [b["metadata"]["name"] for b in bodies]
     shape_of = {b["metadata"]["name"]: ",".join(f"{k.split('/')[1]}={v}" for k, v in sorted(
         b["spec"]["containers"][0]["resources"]["limits"].items())) for b in bodies}
@@ -1033,11 +1131,17 @@ async def burst(tier: Tier, count: int = 30, seed: int = 1, timeout: float = 150
         "in_flight_refusals": {
             "failed_scheduling_events": sum(int(e.get("count") or 1) for e in waiting),
             "pods_held": len({e["involvedObject"]["name"] for e in waiting}),
+            "extender_nogpufit_events": sum(int(e.get("count") or 1) for e in events
+                                            if e.get("reason") == "NoGPUFit"),
             "extender_filter_refusals": metric(
                 tier.services.extender_metrics(), "gpuslice_scheduler_pods_refused_total",
                 reason="waiting for an in-flight pod") - refused_before},
         "overcommitted_gpus": over["overcommitted_gpus"], "per_gpu": over["per_gpu"],
         "devices_not_on_assigned_gpus": wrong_devices,
+        "swaps": {"by_agent": metric(agent, "gpuslice_allocate_swaps_total") - swaps_before,
+                  "events": sum(1 for e in events if e.get("reason") == "AllocateSwapped"),
+                  "assignments_agree_after_s": round(agreed_s, 3)},
+        "agent_mismatches": metric(agent, "gpuslice_allocate_mismatches_total") - mismatches_before,
         "shapes": dict(sorted(
             {s: sum(1 for n in names if shape_of[n] == s) for s in set(shape_of.values())}
             .items())),
@@ -1081,19 +1185,34 @@ def _hold(argv: list[str]) -> int:
                           "exit_codes": node.exit_codes}), flush=True)
 
 
-@contextlib.contextmanager
-def held(kubeconfig: Path, assets: Path, gpus: int = 2) -> Iterator[subprocess.Popen[str]]:
-    """A `hold` child that has its node Ready; killed (SIGKILL) on exit if still running."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kubelet.real", "hold", "--kubeconfig", str(kubeconfig),
-         "--assets", str(assets), "--gpus", str(gpus)],
-        cwd=REPO / "tests", stdout=subprocess.PIPE, text=True)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+class Held:
+    """`python -m kubelet.real hold` as a child of ours (a context manager: SIGKILLed on exit
+    if still running): line() reads its next JSON line."""
+
+    def __init__(self, kubeconfig: Path, assets: Path, gpus: int = 2) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kubelet.real", "hold", "--kubeconfig", str(kubeconfig),
+             "--assets", str(assets), "--gpus", str(gpus)],
+            cwd=REPO / "tests", stdout=subprocess.PIPE, text=True)
+
+    def line(self, timeout: float = 60.0) -> dict[str, Any]:
+        import select
+
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        text = self.proc.stdout.readline() if ready else ""
+        if not text:
+            raise HostError(f"`kubelet.real hold` said nothing within {timeout:.0f} s "
+                            f"(exit code {self.proc.poll()})")
+        return dict(json.loads(text))
+
+    def __enter__(self) -> Held:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import pytest
 from lightkube import ApiError
@@ -31,28 +30,11 @@ DIALECTS = {  # pod name -> (limits as the user writes them, device resource, de
 EXPECTED = {"hami": (3000, 30), "volcano": (2000, 20), "gpu-manager": (2048, 50)}  # MiB, cores
 
 
-def wait_pods(client: Any, ns: str, names: list[str], timeout: float = 60.0,
-              phase: str = "Running") -> dict[str, dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        pods = {n: dict(client.get(dict_view(Pod), n, namespace=ns)) for n in names}
-        if all(p["status"].get("phase") == phase for p in pods.values()):
-            return pods
-        if time.monotonic() > deadline:
-            state = {n: (p["spec"].get("nodeName"), p["status"].get("phase"),
-                         p["status"].get("message")) for n, p in pods.items()}
-            events = [(e["involvedObject"]["name"], e["reason"], e["message"][:200])
-                      for e in client.list(dict_view(Event), namespace=ns)]
-            raise AssertionError(f"pods not {phase} after {timeout:.0f} s: {state}; "
-                                 f"events: {events}")
-        time.sleep(0.2)
-
-
 def test_a_pod_of_each_dialect_runs_with_the_allocate_answer_its_assignment_names(tier):
     client, ns, node = tier.client(), tier.namespace, tier.node
     for name, (limits, _, _) in DIALECTS.items():  # at once: three distinguishable pods
         client.create(dict_view(Pod)(real.pod_body(name, ns, limits)))
-    pods = wait_pods(client, ns, list(DIALECTS))
+    pods = tier.wait_pods(list(DIALECTS))
     checkpoint = {(e["pod_uid"], e["container"]): e for e in node.checkpoint()}
     actual = asyncio.run(list_pod_resources(str(node.pod_resources_socket)))
     for name, (_, resource, quantity) in DIALECTS.items():
@@ -123,7 +105,7 @@ def test_a_gpu_pod_placed_by_hand_is_refused_at_admission_with_the_agents_messag
                                  result="refused")
     client.create(dict_view(Pod)(real.pod_body(
         "by-hand", ns, limits, nodeName=real.NODE, labels={real.OPT_OUT[0]: real.OPT_OUT[1]})))
-    pod = wait_pods(client, ns, ["by-hand"], phase="Failed")["by-hand"]
+    pod = tier.wait_pods(["by-hand"], phase="Failed")["by-hand"]
     assert pod["status"]["reason"] == "UnexpectedAdmissionError"
     want = ("gpuslice: nvidia.com/gpu: no pod in flight on this node asks for nvidia.com/gpu=1 "
             "now (in flight: none); check that the pod was scheduled by the gpuslice scheduler "
