@@ -218,7 +218,7 @@ static const char *const gs_known_names[] = {
     "GPUSLICE_NODE_", "GPUSLICE_WEBHOOK_", "GPUSLICE_SCHEDULER_",          /* services */
     "GPUSLICE_LIBRARY", "GPUSLICE_RELEASE",                               /* CLI, setup.py */
     "GPUSLICE_GPU_RESULTS", "GPUSLICE_UPDATE_GOLDEN", "GPUSLICE_HYPOTHESIS_EXAMPLES", /* tests */
-    "GPUSLICE_SANITIZE",
+    "GPUSLICE_SANITIZE", "GPUSLICE_KUBE_BACKENDS", "GPUSLICE_REAL_NODE_",
 };
 
 static int gs_known_name(const char *name)

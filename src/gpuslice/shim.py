@@ -374,8 +374,9 @@ def library_path() -> Path:
     what = (f"libgpuslice.so was not built when gpuslice was installed ({note.read_text().strip()})"
             if note.is_file() else "libgpuslice.so is not built or installed (looked in "
             + ", ".join(str(c) for c in candidates) + ")")
-    raise ShimError(f"{what}; build it with `make -C native CUDA_HOME=/path/to/cuda` in a "
-                    "checkout and reinstall, or set GPUSLICE_LIBRARY to the built file")
+    raise ShimError(f"{what}; build it with `make -C native` (a C compiler; cuda.h from "
+                    "$CUDA_HOME or `pip install nvidia-cuda-runtime`) in a checkout and reinstall, "
+                    "or set GPUSLICE_LIBRARY to the built file")
 
 
 SMALL_CAP = 64 << 20

@@ -81,5 +81,6 @@ def test_without_a_c_compiler_the_install_holds_the_reason_instead_of_the_librar
     (line,) = shim.stderr.splitlines()
     assert re.fullmatch(  # the message docs/install.md shows
         r"gpuslice: error: libgpuslice.so was not built when gpuslice was installed \(no `cc` on "
-        r"PATH\); build it with `make -C native CUDA_HOME=/path/to/cuda` in a checkout and "
+        r"PATH\); build it with `make -C native` \(a C compiler; cuda.h from \$CUDA_HOME or "
+        r"`pip install nvidia-cuda-runtime`\) in a checkout and "
         r"reinstall, or set GPUSLICE_LIBRARY to the built file", line), line
