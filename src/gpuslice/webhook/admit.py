@@ -5,6 +5,11 @@ Owns: what the webhook changes on a GPU pod (docs/webhook.md "What it changes"):
 env of every GPU container, and resources normalised so the kubelet allocates the dialect's
 device resource (handoff.missing_device_resources) and Kubernetes accepts them.
 Does not: decode HTTP or the envelope (review.py, app.py) or look up namespaces (namespaces.py).
+Also guards (on any pod it sees, GPU or not): no gpuslice.io/* annotation or label but those a
+tenant may set (GUARDED_KEYS; the managed label only where the webhook itself sets it), and no
+NVIDIA_VISIBLE_DEVICES in a container without a slice other than `void`/`none` (the NVIDIA
+container toolkit would give it those GPUs uncapped). The chart's ValidatingAdmissionPolicy
+(placement-policy.yaml) says the same in kube-apiserver, for pods that never reach the webhook.
 Invariants: a pod without slice requests, an UPDATE and an opted-out pod or namespace are never
 changed; opt-out is checked here even though the MutatingWebhookConfiguration's selectors
 should already keep those pods away, so a wrong selector cannot mutate them. Same answer for
@@ -27,7 +32,8 @@ import msgspec
 from gpuslice import codec, dialects, handoff
 from gpuslice.errors import RequestError, brief
 
-__all__ = ["IDENTITY_ENV", "PLACEMENT_ANNOTATIONS", "Decision", "Options", "Result", "admit",
+__all__ = ["DEVICE_ENV", "DEVICE_ENV_HIDDEN", "IDENTITY_ENV", "PLACEMENT_ANNOTATIONS",
+           "RESERVED_PREFIX", "TENANT_ANNOTATIONS", "Decision", "Options", "Result", "admit",
            "pointer"]
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -48,6 +54,15 @@ _AGENT_ENV = re.compile(r"CUDA_DEVICE_MEMORY_LIMIT(_\d+)?|CUDA_DEVICE_MEMORY_SHA
 # a pod must not arrive with them (or with spec.nodeName, which skips the extender).
 PLACEMENT_ANNOTATIONS = (codec.ASSIGNMENT_ANNOTATION, handoff.BOUND_AT, handoff.ALLOCATED)
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # a static pod: the kubelet runs it as written
+# gpuslice's own keys: the extender and the node agent believe them, so no pod may arrive with
+# one except those a tenant is meant to write (the per-pod policies; the opt-out label, which
+# the configuration names; the managed label on the GPU pods the webhook labels itself).
+RESERVED_PREFIX = "gpuslice.io/"
+TENANT_ANNOTATIONS = (dialects.NODE_POLICY[0], dialects.GPU_POLICY[0])
+# The NVIDIA container toolkit's device list: in a container without a slice, anything but these
+# (e.g. `all`) gives that container GPUs of the node with no slice and no cap.
+DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
+DEVICE_ENV_HIDDEN = ("void", "none")
 _MAX_PROBLEMS, _MAX_LINE = 50, 300  # a denial stays readable however bad the pod is
 
 
@@ -103,9 +118,11 @@ def _labels(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | None,
-          options: Options, *, kind: str = "Pod", sub_resource: str = "") -> Decision:
+          options: Options, *, kind: str = "Pod", sub_resource: str = "",
+          user: str | None = None) -> Decision:
     """The decision for a pod admission request. `namespace_labels` None = not known (the
-    MutatingWebhookConfiguration's namespaceSelector is then the only namespace opt-out)."""
+    MutatingWebhookConfiguration's namespaceSelector is then the only namespace opt-out);
+    `user` is the request's userInfo.username (only a node may create a mirror pod)."""
     if kind != "Pod" or sub_resource:
         return Decision(result=Result.ALLOWED, why=f"not a pod ({kind} {sub_resource})".strip())
     if operation != "CREATE":
@@ -121,14 +138,20 @@ def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | Non
     labels = _labels(meta)
     if labels is not None and labels.get(key) == value:
         return Decision(result=Result.SKIPPED, why=f"pod labelled {key}={value}")
-    if not dialects.is_gpu_pod(pod):
-        return Decision(result=Result.ALLOWED, why="no slice request")
     annotations = meta.get("annotations")
-    if isinstance(annotations, Mapping) and MIRROR_ANNOTATION in annotations:
+    if isinstance(annotations, Mapping) and MIRROR_ANNOTATION in annotations \
+            and isinstance(user, str) and user.startswith("system:node:"):
         return Decision(result=Result.ALLOWED, why="mirror pod of a static pod")
+    if not dialects.is_gpu_pod(pod):
+        problems = _guard_problems(pod, meta, options, manages=False)
+        return _deny(problems) if problems else Decision(result=Result.ALLOWED,
+                                                         why="no slice request")
     spec = pod.get("spec")
     scheduler = spec.get("schedulerName") if isinstance(spec, Mapping) else None
     if scheduler not in (None, "", DEFAULT_SCHEDULER, options.scheduler_name):
+        problems = _guard_problems(pod, meta, options, manages=False)
+        if problems:
+            return _deny(problems)
         return Decision(
             result=Result.SKIPPED, why=f"schedulerName {scheduler}",
             warnings=(f"spec.schedulerName={str(scheduler)[:30]}: gpuslice will not place or "
@@ -138,7 +161,8 @@ def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | Non
         parsed = dialects.parse_pod(pod, options.defaults)
         missing = handoff.missing_device_resources(pod, options.defaults)
     except RequestError as exc:
-        return _deny(exc.problems + problems)
+        return _deny(exc.problems + problems + _guard_problems(pod, meta, options, manages=True))
+    problems += _guard_problems(pod, meta, options, manages=bool(parsed.slices))
     if problems:
         return _deny(problems)
     if not parsed.slices:  # e.g. nvidia.com/gpu: 0 everywhere
@@ -150,19 +174,86 @@ def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | Non
     return Decision(result=Result.PATCHED, why="GPU pod", patch=tuple(patch))
 
 
+def _where(c: Mapping[str, Any]) -> str:
+    name = c.get("name")
+    return f"container {json.dumps(name) if isinstance(name, str) else brief(name)}"
+
+
+def _key(k: str) -> str:
+    return k if k.isprintable() else json.dumps(k)  # one problem per line, whatever the key
+
+
+def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    spec = pod.get("spec")
+    out = []
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        got = spec.get(key) if isinstance(spec, Mapping) else None
+        out.extend(c for c in (got if isinstance(got, list) else ()) if isinstance(c, Mapping))
+    return out
+
+
+def _guard_problems(pod: Mapping[str, Any], meta: Mapping[str, Any], options: Options, *,
+                    manages: bool) -> list[str]:
+    """What no pod may carry, GPU or not: gpuslice's own annotations and labels (the managed
+    label only where `manages`: the webhook labels this pod itself), and a device list for the
+    NVIDIA container toolkit in a container without a slice."""
+    problems = []
+    annotations = meta.get("annotations")
+    for k in annotations if isinstance(annotations, Mapping) else ():
+        if not isinstance(k, str) or not k.startswith(RESERVED_PREFIX) or \
+                k in TENANT_ANNOTATIONS:
+            continue
+        if k in PLACEMENT_ANNOTATIONS:
+            problems.append(f"pod: annotation {k}: written by gpuslice when it places the "
+                            "pod; remove it")
+        else:
+            problems.append(f"pod: annotation {_key(k)}: {RESERVED_PREFIX} annotations are "
+                            "written by gpuslice only (a pod may set "
+                            f"{' and '.join(TENANT_ANNOTATIONS)}); remove it")
+    labels = meta.get("labels")
+    for k, v in labels.items() if isinstance(labels, Mapping) else ():
+        if not isinstance(k, str) or not k.startswith(RESERVED_PREFIX) or \
+                k == options.opt_out_key or (k == handoff.MANAGED_LABEL and manages):
+            continue
+        if k == handoff.MANAGED_LABEL:
+            problems.append(f"pod: label {k}={brief(v)}: set by gpuslice's webhook on the GPU "
+                            "pods it admits for its scheduler, and this pod is not one; "
+                            "remove it")
+        else:
+            mine = f" (a pod may set {options.opt_out_key})" \
+                if options.opt_out_key.startswith(RESERVED_PREFIX) else ""
+            problems.append(f"pod: label {_key(k)}: {RESERVED_PREFIX} labels are set by "
+                            f"gpuslice only{mine}; remove it")
+    for c in _containers(pod):
+        if dialects.is_gpu_pod({"spec": {"containers": [c]}}):
+            continue  # a slice container: _tenant_problems refuses any NVIDIA_VISIBLE_DEVICES
+        env = c.get("env")
+        for entry in env if isinstance(env, list) else ():
+            if not isinstance(entry, Mapping) or entry.get("name") != DEVICE_ENV:
+                continue
+            got = entry.get("value")
+            if entry.get("valueFrom") is not None or not isinstance(got, str):
+                problems.append(
+                    f"{_where(c)}: env {DEVICE_ENV} from valueFrom: the NVIDIA container "
+                    "toolkit gives a container the GPUs this names, with no slice and no cap, "
+                    "and its value is not known here; remove it (ask for a slice to use a GPU)")
+            elif got not in DEVICE_ENV_HIDDEN:
+                problems.append(
+                    f"{_where(c)}: env {DEVICE_ENV}={brief(got)}: the NVIDIA container toolkit "
+                    "would give this container the GPUs it names (all: every GPU of the node) "
+                    "with no slice and no cap; remove it, or set void, or ask for a slice "
+                    "(e.g. nvidia.com/gpumem) to use a GPU")
+    return problems
+
+
 def _tenant_problems(pod: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str]:
-    """What the dialect parser does not check: a labels map; no placement gpuslice did not make
-    (annotations only gpuslice writes, spec.nodeName); env lists in slice containers that do
-    not preset what the node agent sets."""
+    """What the dialect parser does not check on a GPU pod: a labels map; no spec.nodeName
+    (a placement gpuslice did not make); env lists in slice containers that do not preset what
+    the node agent sets."""
     problems = []
     if meta.get("labels") is not None and not isinstance(meta["labels"], Mapping):
         problems.append(f"pod: metadata.labels={brief(meta['labels'])}: not an object; map "
                         "label names to strings")
-    annotations = meta.get("annotations")
-    for name in PLACEMENT_ANNOTATIONS if isinstance(annotations, Mapping) else ():
-        if name in annotations:  # type: ignore[operator]
-            problems.append(f"pod: annotation {name}: written by gpuslice when it places the "
-                            "pod; remove it")
     spec = pod.get("spec")
     node = spec.get("nodeName") if isinstance(spec, Mapping) else None
     if node:
@@ -174,8 +265,7 @@ def _tenant_problems(pod: Mapping[str, Any], meta: Mapping[str, Any]) -> list[st
         for c in got if isinstance(got, list) else ():
             if not (isinstance(c, Mapping) and dialects.is_gpu_pod({"spec": {key: [c]}})):
                 continue
-            name = c.get("name")
-            where = f"container {json.dumps(name) if isinstance(name, str) else brief(name)}"
+            where = _where(c)
             env = c.get("env")
             if env is not None and not isinstance(env, list):
                 problems.append(f"{where}: env={brief(env)}: not a list; give env as a list "

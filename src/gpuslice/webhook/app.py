@@ -54,7 +54,8 @@ def make_app(options: Options, metrics: Metrics, *, ready: Callable[[], str | No
             return web.Response(status=400, text=f"{exc}\n")
         try:
             decision = admit(req.operation, req.object, await lookup(req), options,
-                             kind=req.kind.kind, sub_resource=req.sub_resource)
+                             kind=req.kind.kind, sub_resource=req.sub_resource,
+                             user=req.user_info.username)
         except Exception:
             metrics.observe(Result.ERROR, time.perf_counter() - start)
             log.exception("admission of %s/%s failed", req.namespace, req.name,

@@ -20,7 +20,7 @@ import msgspec
 
 from gpuslice.errors import GpusliceError
 
-__all__ = ["API_VERSION", "KIND", "Request", "ReviewError", "decode", "encode"]
+__all__ = ["API_VERSION", "KIND", "Request", "ReviewError", "UserInfo", "decode", "encode"]
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -36,6 +36,12 @@ class GroupVersionKind(msgspec.Struct, frozen=True):
     kind: str = ""
 
 
+class UserInfo(msgspec.Struct, frozen=True):
+    """Who sent the request (authentication.k8s.io/v1 UserInfo; only what admit reads)."""
+
+    username: str = ""
+
+
 class Request(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """The fields of AdmissionRequest this webhook reads (others are ignored)."""
 
@@ -47,6 +53,7 @@ class Request(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     namespace: str = ""
     object: Any = None  # the pod as sent; admit.py checks its shape
     dry_run: bool = False
+    user_info: UserInfo = UserInfo()
 
 
 class _Review(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

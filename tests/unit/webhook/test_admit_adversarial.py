@@ -188,8 +188,20 @@ def test_a_mirror_pod_of_a_static_gpu_pod_is_left_as_the_kubelet_wrote_it():
     pod = gpu_pod(container(limits={"nvidia.com/gpu": "1"}),
                   annotations={"kubernetes.io/config.mirror": "abc"})
     pod["spec"]["nodeName"] = "gpu-node-1"
-    decision = decide(pod)
+    decision = admit("CREATE", pod, {}, OPTIONS, user="system:node:gpu-node-1")
     assert decision.result is Result.ALLOWED and decision.patch == ()
+
+
+def test_a_tenant_cannot_pass_a_pod_off_as_a_mirror_pod():
+    """kube-apiserver lets anyone create a pod with the mirror annotation and a nodeName; only
+    the kubelet (a system:node: user) writes real ones."""
+    pod = gpu_pod(container(limits={"nvidia.com/gpu": "1"}),
+                  annotations={"kubernetes.io/config.mirror": "abc",
+                               "gpuslice.io/assignment": "forged"})
+    pod["spec"]["nodeName"] = "gpu-node-1"
+    decision = admit("CREATE", pod, {}, OPTIONS, user="alice")
+    assert decision.result is Result.DENIED
+    assert "spec.nodeName" in decision.message and "gpuslice.io/assignment" in decision.message
 
 
 # --- fuzz: any JSON anywhere in a pod gives a Decision, never an exception ---------------------

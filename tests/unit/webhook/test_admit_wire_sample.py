@@ -124,3 +124,17 @@ def test_any_body_decodes_or_is_a_review_error(body):
         assert str(exc), "a ReviewError always says what is wrong"
     else:
         assert isinstance(got, review.Request) and isinstance(got.uid, str)
+
+
+def test_the_requesting_user_is_read_so_only_a_node_may_create_a_mirror_pod():
+    req = review.decode(REQUEST)
+    assert req.user_info.username == "admin"
+    sample = json.loads(REQUEST)
+    obj = sample["request"]["object"]
+    obj["metadata"].setdefault("annotations", {})["kubernetes.io/config.mirror"] = "x"
+    obj["metadata"]["annotations"]["gpuslice.io/assignment"] = "forged"
+    assert not answer(json.dumps(sample).encode())["response"]["allowed"]
+    sample["request"]["userInfo"] = {"username": "system:node:n1"}
+    req = review.decode(json.dumps(sample).encode())
+    assert admit(req.operation, req.object, {}, Options(),
+                 user=req.user_info.username).allowed
