@@ -4,11 +4,14 @@ Owns: `ExtenderState` (a ClusterState rebuilt from node inventory and pod assign
 annotations alone, plus the in-flight pods per node) and the trimmers that keep only the
 fields it reads from watched nodes and pods.
 Does not: talk to the API (service.py feeds it from kube Informers) or choose GPUs (allocator/).
-Invariants: a pod holds its slices while it is bound and not terminal/deleted, or while its
-assignment is younger than the in-flight timeout (a bind in progress; older unbound ones are
-leftovers of a bind that died and are released by `sweep`); `assume` (bind) holds slices before
-the watch shows them. An assignment that cannot be committed (its node unknown, or over-committed
-against the inventory) waits on its node and is retried whenever that node changes; the filter
+Invariants: only assignments gpuslice's bind wrote are believed: a pod holds its slices while
+it is bound and not terminal/deleted, carries the managed label, its assignment names the node
+it is bound to (spec.nodeName: the Binding writes both in one update) and only containers that
+ask for a GPU; any other assignment (a tenant's forgery, on a pod running elsewhere or on none)
+is logged and holds nothing, nor puts the pod in flight. `assume` (bind) holds slices before
+the watch shows them, until the watch shows the Binding or the in-flight timeout (`sweep`).
+An assignment that cannot be committed (its node unknown, or over-committed against the
+inventory) waits on its node and is retried whenever that node changes; the filter
 refuses a node with waiting assignments, so nothing is ever double-booked.
 Failure: malformed annotations are logged and read as absent; nothing here raises on input.
 Tests: tests/unit/scheduler/test_state.py
@@ -37,6 +40,7 @@ log = logging.getLogger(__name__)
 _KEEP_ANNOTATIONS = frozenset({codec.ASSIGNMENT_ANNOTATION, handoff.BOUND_AT, handoff.ALLOCATED,
                                *dialects.ANNOTATIONS})
 _CONTAINER_KEYS = ("name", "restartPolicy", "resources")
+_INIT_AND_APP = ("initContainers", "containers")
 
 
 def trim_node(node: Mapping[str, Any]) -> dict[str, Any]:
@@ -57,6 +61,9 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     out_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
                                      "creationTimestamp", "deletionTimestamp") if k in meta}
     out_meta["annotations"] = {k: v for k, v in ann.items() if k in _KEEP_ANNOTATIONS}
+    labels = meta.get("labels") or {}
+    if handoff.MANAGED_LABEL in labels:
+        out_meta["labels"] = {handoff.MANAGED_LABEL: labels[handoff.MANAGED_LABEL]}
     out_spec: dict[str, Any] = {k: spec[k] for k in ("nodeName", "schedulerName") if k in spec}
     for key in ("initContainers", "containers"):
         if isinstance(spec.get(key), list):
@@ -76,11 +83,11 @@ class _Facts(msgspec.Struct, frozen=True):
     """What the state reads off one observed pod."""
 
     uid: str
-    bound: bool  # spec.nodeName is set
-    assignment: PodAssignment | None
+    assignment: PodAssignment | None  # None also when it is not one gpuslice's bind wrote
     bound_at: float | None
     flight: handoff.Flight | None  # computed without a timeout; the reader checks the age
-    source: tuple[Any, ...]  # what they were read from: uid, deleting, our three annotations
+    source: tuple[Any, ...]  # what they were read from: uid, deleting, our three annotations,
+    #                          spec.nodeName, the managed label
 
 
 class _Assumed(msgspec.Struct, frozen=True):
@@ -88,6 +95,24 @@ class _Assumed(msgspec.Struct, frozen=True):
     assignment: PodAssignment
     flight: handoff.Flight | None
     since: float
+
+
+def _not_ours(pod: Mapping[str, Any], a: PodAssignment, node: str, *, managed: bool) -> str:
+    """Why `a` cannot be one gpuslice's bind wrote on `pod` ("" when it can): the Binding sets
+    the assignment and spec.nodeName in one update, on a managed pod, for its GPU containers."""
+    if not managed:
+        return f"the pod is not labelled {handoff.MANAGED_LABEL}=true"
+    if not node:
+        return f"it names node {a.node} but the pod is bound to no node"
+    if a.node != node:
+        return f"it names node {a.node} but the pod is bound to {node}"
+    spec = pod.get("spec") or {}
+    gpu = {c.get("name") for key in _INIT_AND_APP for c in spec.get(key) or ()
+           if isinstance(c, Mapping) and dialects.is_gpu_pod({"spec": {key: [c]}})}
+    for c in a.containers:
+        if c.container not in gpu:
+            return f"its container {c.container!r} asks for no GPU"
+    return ""
 
 
 class ExtenderState:
@@ -111,7 +136,6 @@ class ExtenderState:
         self._first: dict[str, tuple[str, int]] = {}  # key -> first device request, unstarted
         # node -> (oldest bound_at, unstarted_by_first): dropped when a pod there changes
         self._unstarted: dict[str, tuple[float, dict[tuple[str, int], list[handoff.Flight]]]] = {}
-        self._unbound: set[str] = set()  # keys with an assignment but no node yet
         self._requests: dict[str, tuple[handoff.DeviceRequest, ...]] = {}  # uid -> (immutable)
 
     # -- events --------------------------------------------------------------------------
@@ -147,7 +171,6 @@ class ExtenderState:
         if facts is not None and facts is old:
             self._pods[key] = pod  # e.g. a status update: nothing placement reads changed
             return
-        self._unbound.discard(key)
         if facts is None:
             self._pods.pop(key, None)
             self._facts.pop(key, None)
@@ -157,8 +180,6 @@ class ExtenderState:
         else:
             self._pods[key] = pod
             self._facts[key] = facts
-            if facts.assignment is not None and not facts.bound:
-                self._unbound.add(key)
             a = self._assumed.get(key)
             if a is not None and (a.uid != facts.uid or facts.assignment == a.assignment):
                 del self._assumed[key]  # the watch caught up (or it is another pod now)
@@ -187,14 +208,11 @@ class ExtenderState:
             self._apply(key)
 
     def sweep(self) -> None:
-        """Release what time has ended: unbound assignments and assumptions older than the
-        in-flight timeout. Call every second or so."""
+        """Release what time has ended: assumptions (binds the watch never showed) older than
+        the in-flight timeout. Call every second or so."""
         old = self.clock() - self.timeout_s
         for key in [k for k, a in self._assumed.items() if a.since <= old]:
             del self._assumed[key]
-            self._apply(key)
-        for key in [k for k in self._unbound if k in self._held and k not in self._assumed
-                    and (self._facts[k].bound_at or 0.0) <= old]:
             self._apply(key)
 
     # -- reads ---------------------------------------------------------------------------
@@ -297,29 +315,37 @@ class ExtenderState:
             return None
         meta = pod.get("metadata") or {}
         ann = meta.get("annotations") or {}
+        labels = meta.get("labels") or {}
         uid = str(meta.get("uid") or "")
+        node = (pod.get("spec") or {}).get("nodeName") or ""
         source = (uid, bool(meta.get("deletionTimestamp")),
                   *(ann.get(k) for k in (codec.ASSIGNMENT_ANNOTATION, handoff.BOUND_AT,
-                                         handoff.ALLOCATED)))
-        bound = bool((pod.get("spec") or {}).get("nodeName"))
+                                         handoff.ALLOCATED)),
+                  node, isinstance(labels, Mapping) and labels.get(handoff.MANAGED_LABEL) == "true")
         old = self._facts.get(key)
-        if old is not None and old.source == source:  # a status update, or the Binding
-            return old if old.bound == bound else msgspec.structs.replace(old, bound=bound)
+        if old is not None and old.source == source:  # a status update
+            return old
         assignment = None
         if source[2] is not None:
             try:
                 assignment = codec.decode_assignment(source[2])
             except CodecError as exc:
                 log.warning("ignoring a malformed assignment: %s", exc, extra={"pod": key})
+        if assignment is not None:
+            why = _not_ours(pod, assignment, node, managed=source[6])
+            if why:
+                log.warning("ignoring an assignment gpuslice's bind did not write: %s", why,
+                            extra={"pod": key, "node": assignment.node})
+                assignment = None
         bound_at = handoff.parse_time(source[3])
         flight = self._flight(key, pod, source, assignment, bound_at) if assignment else None
-        return _Facts(uid=uid, bound=bound, assignment=assignment, bound_at=bound_at,
-                      flight=flight, source=source)
+        return _Facts(uid=uid, assignment=assignment, bound_at=bound_at, flight=flight,
+                      source=source)
 
     def _flight(self, key: str, pod: Mapping[str, Any], source: tuple[Any, ...],
                 assignment: PodAssignment, bound_at: float | None) -> handoff.Flight | None:
         """handoff.flight_of(pod), skipped where its answer is already known."""
-        uid, deleting, _, _, allocated = source
+        uid, deleting, _, _, allocated = source[:5]
         a = self._assumed.get(key)
         if a is not None and a.flight is not None and a.uid == uid and not deleting \
                 and not allocated and a.assignment == assignment \
@@ -340,11 +366,7 @@ class ExtenderState:
         if a is not None:
             return a.assignment
         f = self._facts.get(key)
-        if f is None or f.assignment is None:
-            return None
-        if f.bound or (f.bound_at is not None and f.bound_at > self.clock() - self.timeout_s):
-            return f.assignment
-        return None
+        return None if f is None else f.assignment
 
     def _apply(self, key: str) -> None:
         self.generation += 1
