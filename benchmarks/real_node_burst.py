@@ -88,9 +88,11 @@ def main() -> int:
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per figure, the median over runs of each run's p50/p99/max (and the range of the max)."""
     out: dict[str, Any] = {}
-    for key in ("create_to_bound_s", "bound_to_allocated_s", "bound_to_running_s",
-                "create_to_running_s"):
+    for key in ("create_to_bound_s", "create_to_bound_s_held", "create_to_bound_s_never_held",
+                "bound_to_allocated_s", "bound_to_running_s", "create_to_running_s"):
         per = [r[key] for r in runs if r[key]]
+        if not per:
+            continue
         out[key] = {q: round(statistics.median(p[q] for p in per), 3) for q in ("p50", "p99",
                                                                               "max")}
         out[key]["max_range"] = [min(p["max"] for p in per), max(p["max"] for p in per)]

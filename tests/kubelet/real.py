@@ -265,7 +265,7 @@ class HostGuard:
     def journal(self) -> Path:
         return GUARD_DIR / "journal.json"
 
-    def acquire(self, timeout: float = 60.0) -> HostState:
+    def acquire(self, timeout: float = 240.0) -> HostState:
         deadline = time.monotonic() + timeout
         while True:
             GUARD_DIR.mkdir(parents=True, exist_ok=True)
@@ -879,10 +879,12 @@ class Tier:
         assert self.services is not None
         return self.services.client()
 
-    def wait_pods(self, names: list[str], phase: str = "Running", timeout: float = 60.0
-                  ) -> dict[str, dict[str, Any]]:
-        """The namespace's pods `names` once all are in `phase`; AssertionError with their
-        state and the namespace's events if they are not within `timeout`."""
+    def wait_pods(self, names: list[str], phase: str = "Running", timeout: float = 60.0,
+                  allocated: bool = False) -> dict[str, dict[str, Any]]:
+        """The namespace's pods `names` once all are in `phase` (and, with `allocated`, carry
+        the agent's gpuslice.io/allocated mark, which it writes after answering, queued:
+        it may land after the pod runs); AssertionError with their state and the namespace's
+        events if they are not within `timeout`."""
         from lightkube.resources.core_v1 import Event, Pod
 
         from gpuslice.kube.client import dict_view
@@ -891,11 +893,15 @@ class Tier:
         deadline = time.monotonic() + timeout
         while True:
             pods = {n: dict(client.get(dict_view(Pod), n, namespace=ns)) for n in names}
-            if all(p["status"].get("phase") == phase for p in pods.values()):
+            if all(p["status"].get("phase") == phase and (not allocated or (
+                    p["metadata"].get("annotations") or {}).get("gpuslice.io/allocated"))
+                   for p in pods.values()):
                 return pods
             if time.monotonic() > deadline:
                 state = {n: (p["spec"].get("nodeName"), p["status"].get("phase"),
-                             p["status"].get("message")) for n, p in pods.items()}
+                             p["status"].get("message"), (p["metadata"].get("annotations")
+                                                          or {}).get("gpuslice.io/allocated"))
+                         for n, p in pods.items()}
                 events = [(e["involvedObject"]["name"], e["reason"], e["message"][:200])
                           for e in client.list(dict_view(Event), namespace=ns)]
                 raise AssertionError(f"pods not {phase} after {timeout:.0f} s: {state}; "
@@ -1113,6 +1119,7 @@ async def burst(tier: Tier, count: int = 30, seed: int = 1, timeout: float = 150
     assert node is not None
     waiting = [e for e in events if e.get("reason") == "FailedScheduling" and
                "waiting for pod" in e.get("message", "")]
+    held = {e["involvedObject"]["name"] for e in waiting}
     agent = tier.node.agent_metrics()
     names = [b["metadata"]["name"] for b in bodies]
     shape_of = {b["metadata"]["name"]: ",".join(f"{k.split('/')[1]}={v}" for k, v in sorted(
@@ -1122,6 +1129,11 @@ async def burst(tier: Tier, count: int = 30, seed: int = 1, timeout: float = 150
         "pods": count, "gpus": tier.node.gpus, "running": len(running), "failed": failed,
         "wall_s": round(wall, 3),
         "create_to_bound_s": percentiles([bound[n] - created[n] for n in names if n in bound]),
+        # the pods the in-flight rule refused at least once, and the others
+        "create_to_bound_s_held": percentiles([bound[n] - created[n] for n in names
+                                               if n in bound and n in held]),
+        "create_to_bound_s_never_held": percentiles([bound[n] - created[n] for n in names
+                                                     if n in bound and n not in held]),
         "bound_to_running_s": percentiles([running[n] - bound[n] for n in names
                                            if n in running and n in bound]),
         "bound_to_allocated_s": percentiles([allocated[n] - bound[n] for n in names
@@ -1130,7 +1142,7 @@ async def burst(tier: Tier, count: int = 30, seed: int = 1, timeout: float = 150
                                             if n in running]),
         "in_flight_refusals": {
             "failed_scheduling_events": sum(int(e.get("count") or 1) for e in waiting),
-            "pods_held": len({e["involvedObject"]["name"] for e in waiting}),
+            "pods_held": len(held),
             "extender_nogpufit_events": sum(int(e.get("count") or 1) for e in events
                                             if e.get("reason") == "NoGPUFit"),
             "extender_filter_refusals": metric(

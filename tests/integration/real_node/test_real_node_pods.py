@@ -34,7 +34,7 @@ def test_a_pod_of_each_dialect_runs_with_the_allocate_answer_its_assignment_name
     client, ns, node = tier.client(), tier.namespace, tier.node
     for name, (limits, _, _) in DIALECTS.items():  # at once: three distinguishable pods
         client.create(dict_view(Pod)(real.pod_body(name, ns, limits)))
-    pods = tier.wait_pods(list(DIALECTS))
+    pods = tier.wait_pods(list(DIALECTS), allocated=True)
     checkpoint = {(e["pod_uid"], e["container"]): e for e in node.checkpoint()}
     actual = asyncio.run(list_pod_resources(str(node.pod_resources_socket)))
     for name, (_, resource, quantity) in DIALECTS.items():
