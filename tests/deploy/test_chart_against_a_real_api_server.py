@@ -103,7 +103,9 @@ def test_every_chart_object_is_applied_server_side_and_reapplying_changes_nothin
                     obj = json.loads(kubectl(kube_api, "get", kind, name, "-o", "json").stdout)
                 checked = obj.get("status") or {}
                 assert checked.get("observedGeneration") == obj["metadata"]["generation"], obj
-                assert not (checked.get("typeChecking") or {}).get("expressionWarnings"), checked
+                warnings = (checked.get("typeChecking") or {}).get("expressionWarnings") or []
+                assert not warnings, f"{kind} {name}: kube-apiserver's CEL type check:\n" + \
+                    "\n".join(f"{w.get('fieldRef')}: {w.get('warning')}" for w in warnings)
         before = live(kube_api, manifest)  # after the policy's status write, if any
 
         time.sleep(1.1)  # managedFields times have seconds: a write now would show
@@ -120,6 +122,10 @@ def test_every_chart_object_is_applied_server_side_and_reapplying_changes_nothin
                 assert again["metadata"]["resourceVersion"] == \
                     obj["metadata"]["resourceVersion"], f"{key}: re-applying wrote it"
     finally:
-        # The placement policy binds the admin too: leave nothing for the tests that follow.
-        kubectl(kube_api, "delete", "-f", str(manifest), "--ignore-not-found", "--wait=false",
-                check=False)
+        # The placement policy binds the admin too: leave nothing for the tests that follow,
+        # and wait until the workloads' pods are gone too (Job pods carry a finalizer; the
+        # next test's reset must not meet them half-deleted)
+        kubectl(kube_api, "delete", "-f", str(manifest), "--ignore-not-found",
+                "--cascade=foreground", "--wait=true", "--timeout=90s", check=False)
+        kubectl(kube_api, "delete", "namespace", NAMESPACE, "--ignore-not-found",
+                "--wait=true", "--timeout=90s", check=False)
