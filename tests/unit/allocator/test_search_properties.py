@@ -316,13 +316,27 @@ class _Counting:
 def test_an_infeasible_pod_on_a_wide_node_is_rejected_after_bounded_work():
     st_ = state(node("n", 16, mem=10000))
     for i in range(16):  # every GPU different, so no two GPU sets are equivalent
-        st_.assign(f"ns/b{i}", one("n", (i, 100 * (i + 1), 0)))
-    # `all` takes 1000 MiB on every GPU, so `big` (9000) fits nowhere after it; each fits
-    # alone, and `mid1` x `mid2` offer C(16,4)^2 = 3.3 million pairs of GPU sets to try
-    p = pod(req("all", mem=1000, count=16), req("mid1", mem=100, count=4),
-            req("mid2", mem=100, count=4), req("big", mem=9000))
+        st_.assign(f"ns/b{i}", one("n", (i, 100 * (i + 1), 60)))
+    # each GPU has cores for one slice of 30 %; five containers of 4 GPUs each fit alone, but
+    # 20 slices on 16 GPUs never do (pigeonhole): C(16,4) sets per container to refute
+    p = pod(*(req(f"c{k}", mem=100, count=4, cores=30) for k in range(5)))
     assert st_.filter(p, parse_policy("binpack")).failed["n"].reason == SEARCH_CUT
     counting = _Counting()
     assert search.place(st_.snapshot("n"), PodPlan(p), counting) is None
-    assert counting.calls <= 2 * (search.MAX_SEARCH + 4), \
+    assert counting.calls <= 2 * (search.MAX_SEARCH + 1) + len(p.slices), \
         f"{counting.calls} GPU-set choices: the search must stop near MAX_SEARCH"
+
+
+def test_forward_checking_refutes_at_once_what_once_exhausted_the_budget():
+    st_ = state(node("n", 16, mem=10000))
+    for i in range(16):
+        st_.assign(f"ns/b{i}", one("n", (i, 100 * (i + 1), 0)))
+    # `all` takes 1000 MiB on every GPU, so `big` (9000) fits nowhere after it; each fits
+    # alone, and `mid1` x `mid2` offer C(16,4)^2 = 3.3 million pairs of GPU sets: the search in
+    # request order ran out of budget here; `all` (one set) goes first and leaves `big` none
+    p = pod(req("all", mem=1000, count=16), req("mid1", mem=100, count=4),
+            req("mid2", mem=100, count=4), req("big", mem=9000))
+    assert st_.filter(p, parse_policy("binpack")).failed["n"].reason == NO_SET
+    counting = _Counting()
+    assert search.place(st_.snapshot("n"), PodPlan(p), counting) is None
+    assert counting.calls <= 8
