@@ -285,3 +285,122 @@ def test_dra_on_a_cluster_without_resource_v1_fails_with_what_to_do():
                     "--set", "dra.enabled=true")
     assert done.returncode != 0
     assert "needs resource.k8s.io/v1" in done.stderr and "dra.enabled=false" in done.stderr
+
+
+# --- tenants cannot forge, bypass or inherit a slice (items 1, 5, 6) --------------------------
+# What these objects do is tried on a real kube-apiserver in
+# tests/integration/webhook/test_tenant_guards_on_kube_apiserver.py; here: that the chart says
+# what the code says, in every case.
+
+def _cel_strings(expression: str) -> set[str]:
+    import re
+
+    return set(re.findall(r"'([^']*)'", expression))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_only_gpu_pods_and_what_gpuslice_refuses_are_sent_to_the_webhook(case):
+    from gpuslice.webhook.admit import DEVICE_ENV, DEVICE_ENV_HIDDEN, TENANT_ANNOTATIONS
+
+    (hook,) = find(render(case), "MutatingWebhookConfiguration")["webhooks"]
+    (condition,) = hook["matchConditions"]
+    quoted = _cel_strings(condition["expression"])
+    assert quoted >= dialects.RESOURCE_NAMES, "every dialect's resource names a GPU pod"
+    names = {q for q in quoted if "/" in q and not q.startswith("gpuslice.io/")}
+    assert names == set(dialects.RESOURCE_NAMES), "and nothing else does"
+    assert set(TENANT_ANNOTATIONS) <= quoted and "gpuslice.io/webhook" in quoted
+    assert {DEVICE_ENV, *DEVICE_ENV_HIDDEN} <= quoted
+    assert hook["failurePolicy"] in ("Fail", "Ignore")
+
+
+def test_the_webhook_survives_a_drain_and_a_lost_node():
+    objs = render("default")
+    deploy = find(objs, "Deployment", "-webhook")
+    labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert deploy["spec"]["replicas"] >= 2
+    pdb = find(objs, "PodDisruptionBudget", "-webhook")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow", \
+        "a replica that is not ready must never block a drain"
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    (spread,) = deploy["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["maxSkew"] == 1
+    assert spread["whenUnsatisfiable"] == "DoNotSchedule"
+    assert spread["nodeTaintsPolicy"] == "Honor", "a cordoned node is no place to go"
+    assert spread["labelSelector"]["matchLabels"].items() <= labels.items()
+    one = run_helm("template", "t", str(CHART), *CLUSTER, "--set", "webhook.replicas=1")
+    assert one.returncode == 0, one.stderr
+    assert "kind: PodDisruptionBudget" not in one.stdout, \
+        "one replica: a budget would only block drains"
+
+
+def test_the_policy_exempts_exactly_gpuslices_extender_and_node_agent():
+    objs = render("default")
+    policy = find(objs, "ValidatingAdmissionPolicy")
+    accounts = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
+    extender = find(objs, "Deployment", "-scheduler")["spec"]["template"]["spec"][
+        "serviceAccountName"]
+    agent = find(objs, "DaemonSet", "-node-agent")["spec"]["template"]["spec"][
+        "serviceAccountName"]
+    ours = {f"system:serviceaccount:gpuslice-system:{sa}" for sa in (extender, agent)}
+    for i in (0, 1):  # the two UPDATE rules
+        named = {q for q in _cel_strings(policy["spec"]["validations"][i]["expression"])
+                 if q.startswith("system:serviceaccount:")}
+        assert named == ours, "no other account of the namespace (certgen, webhook) is exempt"
+    assert {extender, agent} <= accounts
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert {r for rule in rules for r in rule["resources"]} == {
+        "pods", "pods/status", "pods/ephemeralcontainers"}
+    assert {o for rule in rules for o in rule["operations"]} == {"CREATE", "UPDATE"}
+    assert find(objs, "ValidatingAdmissionPolicyBinding")["spec"]["validationActions"] == [
+        "Deny"]
+
+
+def test_the_policy_says_what_the_webhook_says():
+    from gpuslice.webhook.admit import (
+        DEVICE_ENV,
+        DEVICE_ENV_HIDDEN,
+        PLACEMENT_ANNOTATIONS,
+        TENANT_ANNOTATIONS,
+    )
+
+    policy = find(render("default"), "ValidatingAdmissionPolicy")["spec"]
+    variables = {v["name"]: v["expression"] for v in policy["variables"]}
+    assert _cel_strings(variables["gpuResources"]) == set(dialects.RESOURCE_NAMES)
+    create_annotations, create_labels, device_env = (
+        _cel_strings(v["expression"]) for v in policy["validations"][2:5])
+    assert set(TENANT_ANNOTATIONS) <= create_annotations
+    assert {"gpuslice.io/webhook", handoff.MANAGED_LABEL} <= create_labels
+    assert set(PLACEMENT_ANNOTATIONS) <= _cel_strings(policy["validations"][0]["expression"])
+    assert {DEVICE_ENV, *DEVICE_ENV_HIDDEN} <= device_env
+    assert {"kube-system", "gpuslice-system"} <= device_env, \
+        "the namespaces the webhook leaves out (the node agent asks for every GPU)"
+    other = render("custom images, ports and configs")
+    assert "ValidatingAdmissionPolicy" not in {o["kind"] for o in other}
+
+
+def test_docs_show_the_policy_and_match_conditions_the_chart_renders():
+    import re
+
+    def squeeze(obj: Any) -> Any:  # folded YAML: only where lines break differs
+        if isinstance(obj, dict):
+            return {k: squeeze(v) for k, v in obj.items() if k != "labels"}
+        if isinstance(obj, list):
+            return [squeeze(v) for v in obj]
+        return re.sub(r"\s+", "", obj) if isinstance(obj, str) else obj
+
+    done = run_helm("template", "gpuslice", str(CHART), "--namespace", "gpuslice-system",
+                    *CLUSTER)
+    assert done.returncode == 0, done.stderr
+    chart = [o for o in yaml.safe_load_all(done.stdout) if o]
+    doc = (REPO / "docs" / "webhook.md").read_text()
+    documented = [o for block in re.findall(r"```yaml\n(.*?)```", doc, re.S)
+                  for o in yaml.safe_load_all(block) if o]
+    for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        (want,) = [o for o in chart if o["kind"] == kind]
+        (got,) = [o for o in documented if o["kind"] == kind]
+        assert squeeze(got) == squeeze(want), f"docs/webhook.md's {kind} is not the chart's"
+    (want,) = find(chart, "MutatingWebhookConfiguration")["webhooks"]
+    (got,) = next(o for o in documented if o["kind"] == "MutatingWebhookConfiguration")[
+        "webhooks"]
+    assert squeeze(got["matchConditions"]) == squeeze(want["matchConditions"])

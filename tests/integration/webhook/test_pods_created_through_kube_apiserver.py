@@ -112,20 +112,62 @@ async def test_the_documented_policy_keeps_placement_annotations_to_gpuslice(kub
     (tmp_path / "policy.yaml").write_text(policy)
     kube_api.kubectl("apply", "-f", str(tmp_path / "policy.yaml"))
     client = kube_api.async_client()
-    await client.create(gpu_pod("plain", {"cpu": "1"}))
-    for _ in range(100):  # the policy takes effect after kube-apiserver type-checks it
-        try:
+    try:
+        await client.create(gpu_pod("plain", {"cpu": "1"}))
+        for _ in range(100):  # the policy takes effect after kube-apiserver type-checks it
+            try:
+                await client.patch(Pod, "plain", {"metadata": {"annotations": {
+                    "gpuslice.io/assignment": "forged"}}}, namespace="default",
+                    patch_type=PatchType.MERGE)
+            except ApiError as exc:
+                assert "written by gpuslice only" in exc.status.message
+                break
             await client.patch(Pod, "plain", {"metadata": {"annotations": {
-                "gpuslice.io/assignment": "forged"}}}, namespace="default",
+                "gpuslice.io/assignment": None}}}, namespace="default",
                 patch_type=PatchType.MERGE)
-        except ApiError as exc:
-            assert "written by gpuslice only" in exc.status.message
-            break
-        await client.patch(Pod, "plain", {"metadata": {"annotations": {
-            "gpuslice.io/assignment": None}}}, namespace="default", patch_type=PatchType.MERGE)
-        await asyncio.sleep(0.1)
-    else:
-        pytest.fail("the policy never refused the forged annotation")
-    await client.patch(Pod, "plain", {"metadata": {"annotations": {"team": "a"}}},
-                       namespace="default", patch_type=PatchType.MERGE)  # others still allowed
-    await client.close()
+            await asyncio.sleep(0.1)
+        else:
+            pytest.fail("the policy never refused the forged annotation")
+        await client.patch(Pod, "plain", {"metadata": {"annotations": {"team": "a"}}},
+                           namespace="default", patch_type=PatchType.MERGE)  # others allowed
+    finally:
+        # the test tier's reset does not delete policies, and this one binds the admin too
+        kube_api.kubectl("delete", "-f", str(tmp_path / "policy.yaml"), "--ignore-not-found")
+        await client.close()
+
+
+async def test_a_pod_without_a_gpu_cannot_arrive_with_a_forged_assignment(webhook):
+    """Item 1, through the API into the webhook (this configuration has no matchConditions,
+    so every pod reaches it, on both backends; the chart's own configuration is tried on the
+    real server in test_tenant_guards_on_kube_apiserver.py)."""
+    from gpuslice import codec, model
+
+    forged = codec.encode_assignment(model.PodAssignment(node="gpu-node-1", containers=(
+        model.ContainerAssignment(container="c", slices=(
+            model.GPUSlice(uuid="GPU-0", memory_mib=1 << 20, cores=100),)),)))
+    attack = gpu_pod("miner", {"cpu": "1"})
+    attack.metadata.labels = {"gpuslice.io/managed": "true"}
+    attack.metadata.annotations = {"gpuslice.io/assignment": forged}
+    with pytest.raises(ApiError) as caught:
+        await webhook.create(attack)
+    assert caught.value.status.code == 422
+    assert "pod: annotation gpuslice.io/assignment: written by gpuslice" in \
+        caught.value.status.message
+    assert "pod: label gpuslice.io/managed='true'" in caught.value.status.message
+
+
+async def test_a_sidecar_cannot_take_every_gpu_of_the_node(webhook):
+    """Item 5: a container without a slice naming NVIDIA_VISIBLE_DEVICES=all."""
+    from lightkube.models.core_v1 import Container, EnvVar
+
+    attack = gpu_pod("greedy", {"nvidia.com/gpumem": "4096"})
+    attack.spec.containers.append(Container(name="sidecar", image="registry.invalid/pause:1",
+                                            env=[EnvVar(name="NVIDIA_VISIBLE_DEVICES",
+                                                        value="all")]))
+    with pytest.raises(ApiError) as caught:
+        await webhook.create(attack)
+    assert 'container "sidecar": env NVIDIA_VISIBLE_DEVICES=\'all\': the NVIDIA container ' \
+        "toolkit would give" in caught.value.status.message
+    plain = gpu_pod("hidden", {"cpu": "1"})
+    plain.spec.containers[0].env = [EnvVar(name="NVIDIA_VISIBLE_DEVICES", value="void")]
+    assert (await webhook.create(plain)).metadata.name == "hidden"
