@@ -49,6 +49,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -85,7 +86,10 @@ def cannot_run(assets: Any) -> str | None:
         return ("the real kubelet needs root (it sets sysctls, bind-mounts its root dir and "
                 "serves /var/lib/kubelet/device-plugins/)")
     missing = [n for n, p in (("kubelet", assets.kubelet), ("fake-cri", assets.fake_cri),
-                              ("kube-scheduler", assets.kube_scheduler)) if p is None]
+                              ("kube-scheduler", assets.kube_scheduler),
+                              # its node lifecycle controller lifts the not-ready taint
+                              ("kube-controller-manager", assets.kube_controller_manager))
+               if p is None]
     if missing:
         return (f"{assets.folder} has no {', '.join(missing)}: build them with "
                 "`bash tools/kube/build.sh` (docs/development.md)")
@@ -1178,9 +1182,10 @@ def _hold(argv: list[str]) -> int:
     ap.add_argument("--assets", required=True)
     ap.add_argument("--gpus", type=int, default=2)
     a = ap.parse_args(argv)
-    from kubeapi.envtest import find_assets
-
-    node = RealNode(find_assets(a.assets), Path(a.kubeconfig), gpus=a.gpus)
+    folder = Path(a.assets)  # only what RealNode runs (kubeapi's package is not needed here)
+    assets = types.SimpleNamespace(folder=folder, kubelet=folder / "kubelet",
+                                   fake_cri=folder / "fake-cri")
+    node = RealNode(assets, Path(a.kubeconfig), gpus=a.gpus)
     try:
         node.start()
         print(json.dumps({"ready": True, "pids": {p.name: p.popen.pid for p in
@@ -1214,8 +1219,11 @@ class Held:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         text = self.proc.stdout.readline() if ready else ""
         if not text:
-            raise HostError(f"`kubelet.real hold` said nothing within {timeout:.0f} s "
-                            f"(exit code {self.proc.poll()})")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(5 if ready else 0)
+            raise HostError("`kubelet.real hold` " + (
+                f"ended (exit code {self.proc.returncode}; its stderr is in the test's output)"
+                if ready else f"said nothing within {timeout:.0f} s"))
         return dict(json.loads(text))
 
     def __enter__(self) -> Held:

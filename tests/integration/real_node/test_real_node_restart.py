@@ -73,9 +73,11 @@ def test_a_kubelet_restart_has_the_agent_register_again_and_a_new_pod_run(tier):
         t_start = time.monotonic()
         node.start_kubelet()
         t_healthy = time.monotonic()
+        # until the agent registered, the kubelet had time for a few status updates (1 s
+        # apart), and the Node offers every device again (or 20 s)
         deadline = time.monotonic() + 20
-        while (timeline.registered is None or timeline.allocatable[-1][1] != timeline.full) \
-                and time.monotonic() < deadline:
+        while (timeline.registered is None or time.monotonic() - t_start < 4 or
+               timeline.allocatable[-1][1] != timeline.full) and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
         timeline.stopping.set()
@@ -90,12 +92,18 @@ def test_a_kubelet_restart_has_the_agent_register_again_and_a_new_pod_run(tier):
         "socket_to_agent_registered_s": round(timeline.registered - timeline.socket_back, 3),
         "allocatable_nvidia_gpu": [(round(t - t_start, 3), v) for t, v in timeline.allocatable],
     }
-    back = [t for t, v in timeline.allocatable if v == timeline.full and t > t_start]
+    # the restarted kubelet offers none of the checkpointed devices until their plugin is back;
+    # when the agent registers before the kubelet's first status update the Node never shows it
+    dropped = [t for t, v in timeline.allocatable if v != timeline.full and t > t_start]
+    back = [t for t, v in timeline.allocatable if v == timeline.full and dropped and
+            t > dropped[0]]
     if back:
         figures["kubelet_start_to_allocatable_back_s"] = round(back[0] - t_start, 3)
     real.report("kubelet_restart", figures)
     assert timeline.registered - timeline.socket_back < 5.0, figures
-    assert back, f"the Node's allocatable nvidia.com/gpu did not come back: {figures}"
+    assert timeline.allocatable[-1][1] == timeline.full, \
+        f"the Node's allocatable nvidia.com/gpu did not come back: {figures}"
+    assert not dropped or back, figures
     # the pod that ran across the restart runs on (fake-cri kept its sandbox), same devices
     again = dict(client.get(dict_view(Pod), "before", namespace=ns))
     assert again["status"]["phase"] == "Running"
