@@ -342,10 +342,14 @@ class ControlPlane:
         client = Client(config=KubeConfig.from_file(self.kubeconfig))
 
         def remove(res: Any, obj: Any, ns: str | None = None) -> None:
-            if obj.metadata.finalizers:  # nobody else would ever remove them here
-                client.patch(res, obj.metadata.name, {"metadata": {"finalizers": None}},
-                             namespace=ns, patch_type=PatchType.MERGE)
-            client.delete(res, obj.metadata.name, namespace=ns, grace_period=0)
+            try:
+                if obj.metadata.finalizers:  # nobody else would ever remove them here
+                    client.patch(res, obj.metadata.name, {"metadata": {"finalizers": None}},
+                                 namespace=ns, patch_type=PatchType.MERGE)
+                client.delete(res, obj.metadata.name, namespace=ns, grace_period=0)
+            except ApiError as exc:  # gone since the list (a controller deleted it)
+                if exc.status.code != 404:
+                    raise
 
         for res in (Pod, Event, Lease, ConfigMap, Secret, ResourceClaim, ResourceClaimTemplate):
             for obj in client.list(res, namespace="*"):
