@@ -222,14 +222,17 @@ def _search(s: NodeSnapshot, plan: PodPlan, gpu: GpuPolicy,
     tie = [(-rp.cores, -(rp.mem if rp.mem is not None else 0), -rp.pct) for rp in apps]
     cnt = [sum(row) for row in ok]
 
-    def refresh(picked: list[int]) -> None:
+    def refresh(picked: list[int]) -> list[tuple[int, int]]:
+        """Re-test the GPUs `picked` for the containers left; the (i, p) that changed."""
+        changed = []
         for i in todo:
             rp, row = apps[i], ok[i]
             for p in picked:
-                f = fits(rp, p)
-                if f != row[p]:
-                    row[p] = f
-                    cnt[i] += 1 if f else -1
+                if row[p] and not fits(rp, p):  # usage only grew: a GPU can only drop out
+                    row[p] = False
+                    cnt[i] -= 1
+                    changed.append((i, p))
+        return changed
 
     def attempt(rp: ReqPlan, picked: list[int]) -> bool:
         """Place `rp` on `picked` and search on; one GPU set of the budget."""
@@ -239,26 +242,26 @@ def _search(s: NodeSnapshot, plan: PodPlan, gpu: GpuPolicy,
             return False
         picks[rp.req.container] = picked
         apply(rp, picked, 1)
-        refresh(picked)
+        changed = refresh(picked)
         if (rp.req.kind is not ContainerKind.SIDECAR or inits_fit()) and search():
             return True
         apply(rp, picked, -1)
-        refresh(picked)
+        for i, p in changed:
+            ok[i][p] = True
+            cnt[i] += 1
         return False
 
     def search() -> bool:
         if not todo:
             return place_inits()
-        best: tuple[int, int, int, int, int] | None = None
-        for i in todo:  # the most constrained container; every one must still fit
-            need = apps[i].count
-            if cnt[i] < need:
+        sets, at = -1, -1
+        for i in todo:  # the most constrained container (todo is in request order)
+            c, need = cnt[i], apps[i].count
+            if c < need:  # every one must still fit
                 return False
-            key = (comb(cnt[i], need), *tie[i], i)
-            if best is None or key < best:
-                best = key
-        assert best is not None
-        sets, at = best[0], best[-1]
+            k = c if need == 1 else comb(c, need)
+            if sets < 0 or k < sets or (k == sets and tie[i] < tie[at]):
+                sets, at = k, i
         rp = apps[at]
         cands = _candidates(s, elig, rp, a_mem, a_cores, a_slots, a_excl, None)
         todo.remove(at)
