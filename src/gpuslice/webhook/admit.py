@@ -6,17 +6,19 @@ env of every GPU container, and resources normalised so the kubelet allocates th
 device resource (handoff.missing_device_resources) and Kubernetes accepts them.
 Does not: decode HTTP or the envelope (review.py, app.py) or look up namespaces (namespaces.py).
 Also guards (on any pod it sees, GPU or not): no gpuslice.io/* annotation or label but those a
-tenant may set (GUARDED_KEYS; the managed label only where the webhook itself sets it), and no
-NVIDIA_VISIBLE_DEVICES in a container without a slice other than `void`/`none` (the NVIDIA
-container toolkit would give it those GPUs uncapped). The chart's ValidatingAdmissionPolicy
-(placement-policy.yaml) says the same in kube-apiserver, for pods that never reach the webhook.
+tenant may set (TENANT_ANNOTATIONS, the opt-out label; the managed label only where the webhook
+itself sets it), and no NVIDIA_VISIBLE_DEVICES in a container without a slice other than
+`void`/`none` (the NVIDIA container toolkit would give it those GPUs uncapped). The chart's
+ValidatingAdmissionPolicy (placement-policy.yaml) says the same in kube-apiserver, for pods that
+never reach the webhook.
 Invariants: a pod without slice requests, an UPDATE and an opted-out pod or namespace are never
 changed; opt-out is checked here even though the MutatingWebhookConfiguration's selectors
 should already keep those pods away, so a wrong selector cannot mutate them. Same answer for
 dryRun (the webhook has no side effects).
 Failure: never raises for any pod shape; an invalid pod is denied with every problem, one per
 line (`<where>: <field>=<value>: <what is wrong>; <how to fix>`).
-Tests: tests/unit/webhook/test_admit.py, test_admit_adversarial.py, test_admit_wire_sample.py
+Tests: tests/unit/webhook/test_admit.py, test_admit_adversarial.py, test_admit_guards.py,
+test_admit_wire_sample.py
 """
 
 from __future__ import annotations
