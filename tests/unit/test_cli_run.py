@@ -132,15 +132,15 @@ def test_a_byte_count_given_as_a_bare_number_is_caught_as_a_unit_mix_up() -> Non
 def test_an_install_without_the_library_says_why_it_was_not_built(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "_native").mkdir()
-    (tmp_path / "_native" / "NOT-BUILT.txt").write_text("no CUDA headers: /x/cuda.h not found\n")
+    (tmp_path / "_native" / "NOT-BUILT.txt").write_text("no `cc` on PATH\n")
     monkeypatch.setattr(shim, "__file__", str(tmp_path / "shim.py"))
     monkeypatch.delenv("GPUSLICE_LIBRARY", raising=False)
     code, err, _ = invoke("shim", "--path")
     assert code == 3
     assert err == ["gpuslice: error: libgpuslice.so was not built when gpuslice was installed (no "
-                   "CUDA headers: /x/cuda.h not found); build it with `make -C native "
-                   "CUDA_HOME=/path/to/cuda` in a checkout and reinstall, or set GPUSLICE_LIBRARY "
-                   "to the built file"]
+                   "`cc` on PATH); build it with `make -C native` (a C compiler; cuda.h from "
+                   "$CUDA_HOME or `pip install nvidia-cuda-runtime`) in a checkout and reinstall, "
+                   "or set GPUSLICE_LIBRARY to the built file"]
 
 
 def _fake_env() -> dict[str, str]:

@@ -30,26 +30,22 @@ async def test_a_new_replica_sees_every_slice_the_old_one_placed(kube_api):
             "both GPUs are taken: placing c would double-book one"
 
 
-async def test_an_assignment_without_a_binding_is_held_then_released_after_the_timeout(kube_api):
+async def test_an_assignment_without_a_binding_holds_nothing(kube_api):
     from lightkube.resources.core_v1 import Pod
 
     admin = kube_api.async_client()
     await create(admin, node_obj("gpu-1", gpus=1, mem=8192))
     for name in ("crashed", "next"):
         await create(admin, pod_obj(name, mem=8192))
-    # what a replica that died between the assignment patch and the Binding leaves behind
+    # gpuslice's bind writes the assignment and spec.nodeName in one Binding, so an assignment
+    # on an unbound pod was written by someone else (or left by a release that patched first):
+    # believed, it would hold the GPU for the in-flight timeout (docs/scheduler.md)
     a = model.PodAssignment(node="gpu-1", containers=(model.ContainerAssignment(
         container="main", slices=(model.GPUSlice(uuid="GPU-gpu-1-0", memory_mib=8192,
                                                  cores=10),)),))
     await patch_metadata(admin, Pod, "crashed", namespace="default", annotations={
         codec.ASSIGNMENT_ANNOTATION: codec.encode_assignment(a),
         handoff.BOUND_AT: handoff.format_time(time.time())})
-    late = [0.0]  # how far the extender's clock runs ahead of the wall clock
-    async with Running(kube_api, clock=lambda: time.time() + late[0]) as ext:
-        assert ext.ext.state.held("default/crashed") == a
-        got = await ext.filter("next", ["gpu-1"])
-        assert got["NodeNames"] == [], "held while the bind may still be going on"
-        late[0] = ext.ext.cfg.in_flight_timeout_seconds + 1
-        await wait_for(lambda: ext.ext.state.held("default/crashed") is None,
-                       "the sweep to release it", timeout=5)
+    async with Running(kube_api) as ext:
+        assert ext.ext.state.held("default/crashed") is None
         assert await ext.place("next", ["gpu-1"]) == "gpu-1"
