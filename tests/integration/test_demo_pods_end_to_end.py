@@ -17,6 +17,7 @@ from demo_setup import EXAMPLES, PODS, ROOT, DemoCluster, Trip, demo, render
 
 from gpuslice import codec, dialects, handoff
 from gpuslice.webhook.admit import IDENTITY_ENV
+from kubeapi.quantity import stored
 from kubelet.nodeharness import wait_for
 from kubelet.pods import gpu
 
@@ -37,7 +38,9 @@ def check_admitted(t: Trip) -> None:
         assert [e["name"] for e in c["env"]][:4] == [n for n, _ in IDENTITY_ENV], c["name"]
         limits = c["resources"]["limits"]
         for name, value in c_written["resources"]["limits"].items():
-            assert str(limits[name]) == str(value), f"{t.file}: the user's {name} is kept"
+            # as the API server stores it: the user's `gpumem: 3000` reads back as "3k"
+            assert limits[name] == stored(value, milli=True), \
+                f"{t.file}: the user's {name} is kept"
 
 
 def at(obj: Any, pointer: str) -> Any:

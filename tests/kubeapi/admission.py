@@ -4,7 +4,9 @@ apiVersions, resources, scope; namespaceSelector; objectSelector), the Admission
 request (the object as a real server sends it: defaulted, no uid or creationTimestamp yet,
 `status: {}`), `?timeout=Ns` and the caBundle for TLS, applying JSONPatch replies, warnings,
 and failures worded like the real server's ("admission webhook "x" denied the request: ...",
-failurePolicy Fail -> 500 "failed calling webhook", Ignore -> carry on).
+failurePolicy Fail -> 500 "failed calling webhook", Ignore -> carry on; a validating
+webhook that answers with a patch has failed: "validating webhook may not return
+response.patch").
 Does not: call webhooks on UPDATE/DELETE/CONNECT, evaluate matchConditions (CEL), or
 reinvoke (reinvocationPolicy); a configuration that uses matchConditions is called anyway.
 Tests: tests/integration/kubeapi/test_admission_webhooks_are_called_on_create.py"""
@@ -91,17 +93,16 @@ class Admission:
         except (aiohttp.ClientError, TimeoutError, ValueError, ssl.SSLError) as e:
             text = "context deadline exceeded" if isinstance(e, TimeoutError) else str(e)
             return self._failed(hook, obj, f'failed to call webhook: Post "{url}": {text}')
-        response = reply.get("response") or {}
-        if response.get("uid") != uid:
-            return self._failed(hook, obj, f"expected response.uid={uid!r}, got "
-                                           f"{response.get('uid')!r}")
+        response = reply.get("response")
+        invalid = _invalid_response(response, uid, mutating)
+        if invalid:
+            return self._failed(hook, obj, f"received invalid webhook response: {invalid}")
+        assert isinstance(response, dict)
         warnings.extend(str(w) for w in response.get("warnings") or [])
         if not response.get("allowed"):
             raise denied(name, response.get("status") or {})
-        if not mutating or not response.get("patch"):
+        if not response.get("patch"):
             return obj
-        if response.get("patchType") != "JSONPatch":
-            return self._failed(hook, obj, f"unsupported patchType {response.get('patchType')!r}")
         try:
             return json_patch(obj, msgspec.json.decode(base64.b64decode(response["patch"])))
         except (PatchError, ValueError) as e:
@@ -136,6 +137,21 @@ class Admission:
                 context.load_verify_locations(cadata=base64.b64decode(ca_bundle).decode())
             self._tls[key] = context
         return self._tls[key]
+
+
+def _invalid_response(response: Any, uid: str, mutating: bool) -> str:
+    """VerifyAdmissionResponse: why a reply is unusable, or ""."""
+    if not isinstance(response, dict):
+        return "webhook response was absent"
+    if response.get("uid") != uid:
+        return f'expected response.uid="{uid}", got "{response.get("uid") or ""}"'
+    if response.get("patch"):
+        if not mutating:
+            return "validating webhook may not return response.patch"
+        if response.get("patchType") != "JSONPatch":
+            return ("mutating webhook returned unsupported patchType "
+                    f'"{response.get("patchType") or ""}"')
+    return ""
 
 
 def _rule_matches(rule: Mapping[str, Any], rt: ResourceType) -> bool:

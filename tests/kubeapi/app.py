@@ -64,6 +64,13 @@ def problem_reply(p: ApiProblem) -> web.Response:
     return reply(p.status, p.code)
 
 
+def page_not_found() -> web.Response:
+    """What kube-apiserver answers for a path no API serves (an unknown group, /nope): plain
+    text, not a Status."""
+    return web.Response(text="404 page not found\n", status=404, charset="utf-8",
+                        headers={"X-Content-Type-Options": "nosniff"})
+
+
 class ApiApp:
     """The aiohttp application and the per-server settings its handlers read."""
 
@@ -127,8 +134,10 @@ class ApiApp:
         else:
             if len(parts) == 1:
                 return reply(resources.api_group_list())
+            if resources.api_group(parts[1]) is None:
+                return page_not_found()  # no handler for the group: Go's http.NotFound
             if len(parts) == 2:
-                return self._found(resources.api_group(parts[1]))
+                return reply(resources.api_group(parts[1]))
             group, version, rest = parts[1], parts[2], parts[3:]
         if not rest:
             return self._found(resources.resource_list(group, version))
@@ -150,7 +159,7 @@ class ApiApp:
             return reply(resources.openapi_v3_index())
         if path.startswith("openapi/v3/"):
             return self._found(resources.openapi_v3(path.removeprefix("openapi/v3/")))
-        raise errors.path_not_found()
+        return page_not_found()
 
     def _found(self, doc: dict[str, Any] | None) -> web.Response:
         if doc is None:
@@ -220,7 +229,9 @@ class ApiApp:
                 items = store.delete_collection(t.rt, t.namespace, self._matcher(t, q),
                                                 await _options(request))
                 return reply({"kind": f"{t.rt.kind}List", "apiVersion": t.rt.api_version,
-                              "metadata": {"resourceVersion": str(store.rv)}, "items": items})
+                              "metadata": {"resourceVersion": str(store.rv)},
+                              "items": [{k: v for k, v in o.items()
+                                         if k not in ("kind", "apiVersion")} for o in items]})
             raise errors.method_not_allowed(method, t.rt.plural)
         if t.subresource == "binding":
             if method != "POST":

@@ -62,18 +62,38 @@ def conflict(rt: ResourceType, name: str, why: str, subresource: str = "") -> Ap
     )
 
 
+def conflict_kind(rt: ResourceType, name: str, why: str) -> ApiProblem:
+    """409 from a DELETE's preconditions, which name the kind (`ConfigMap`, `Lease.coordination
+    .k8s.io`), not the resource."""
+    what = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+    return ApiProblem(409, "Conflict", f'Operation cannot be fulfilled on {what} "{name}": '
+                      f"{why}", _details(rt, name, kind=rt.kind))
+
+
+def storage_precondition(rt: ResourceType, ns: str | None, name: str, what: str, wanted: str,
+                         actual: str) -> str:
+    """The storage layer's words for a failed UID or ResourceVersion precondition (an update
+    or a binding that carries another one)."""
+    key = f"/registry/{rt.plural if not rt.group else rt.group + '/' + rt.plural}/" \
+          f"{ns + '/' if ns else ''}{name}"
+    return (f"StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, "
+            f"AdditionalErrorMsg: Precondition failed: {what} in precondition: {wanted}, "
+            f"{what} in object meta: {actual}")
+
+
 STALE = ("the object has been modified; please apply your changes to the latest version and "
          "try again")
 
 
 def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str, str]]) -> ApiProblem:
     """422 Invalid; `causes` are (field, reason, message) like field.Error (every one at once)."""
-    text = ", ".join(f"{field}: {message}" for field, _, message in causes)
+    lines = list(dict.fromkeys(f"{field}: {message}" for field, _, message in causes))
+    text = ", ".join(lines)  # ErrorList.ToAggregate: each message once
     details = _details(rt, name, kind=rt.kind)
     details["causes"] = [
         {"reason": reason, "message": message, "field": field} for field, reason, message in causes
     ]
-    if len(causes) > 1:
+    if len(lines) > 1:
         text = f"[{text}]"
     return ApiProblem(422, "Invalid", f'{rt.kind} "{name}" is invalid: {text}', details)
 

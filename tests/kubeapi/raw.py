@@ -30,6 +30,16 @@ def node_body(name: str, labels: dict[str, str] | None = None,
                  "message": "fake node, no kubelet"}]}}
 
 
+def _ready(node: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or [])
+
+
+def _not_ready_taint(node: dict) -> bool:
+    return any(t.get("key") == "node.kubernetes.io/not-ready"
+               for t in (node.get("spec") or {}).get("taints") or [])
+
+
 class Raw:
     """Plain HTTP against the API (exact codes and bodies), with the admin credentials."""
 
@@ -46,12 +56,30 @@ class Raw:
         return reply.status_code, reply.json()
 
     async def create(self, body: dict, namespace: str = "default") -> dict:
+        """POST a core/v1 object; a Ready node is returned once it can take pods (below)."""
         plural = body["kind"].lower() + "s"
         path = (f"/api/v1/namespaces/{namespace}/{plural}" if body["kind"] != "Node"
                 else "/api/v1/nodes")
         code, reply = await self.call("POST", path, body)
         assert code == 201, reply
+        if body["kind"] == "Node" and _ready(body) and _not_ready_taint(reply):
+            return await self.schedulable(reply["metadata"]["name"])
         return reply
+
+    async def schedulable(self, node: str, timeout: float = 15) -> dict:
+        """The node once it has lost the `node.kubernetes.io/not-ready` taint. A real
+        kube-apiserver gives every new Node that taint (admission: TaintNodesByCondition) and
+        kube-controller-manager takes it off a Ready node within a second; until then a
+        scheduler refuses the node. The in-process server never sets it."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            code, obj = await self.call("GET", f"/api/v1/nodes/{node}")
+            assert code == 200, obj
+            if not _not_ready_taint(obj):
+                return obj
+            assert asyncio.get_running_loop().time() < deadline, \
+                f"node {node} kept the not-ready taint for {timeout} s: {obj['spec']}"
+            await asyncio.sleep(0.05)
 
     async def bind(self, name: str, node: str, namespace: str = "default",
                    **meta: str) -> tuple[int, Any]:

@@ -69,7 +69,12 @@ class Watcher:
             return ("DELETED", change.obj) if now or before else None
         if now:
             return ("MODIFIED" if before else "ADDED", change.obj)
-        return ("DELETED", change.obj) if before else None
+        if not before:
+            return None
+        # the last state it matched, at the change's resourceVersion (as the watch cache does)
+        prev = change.prev
+        return ("DELETED", {**prev, "metadata": {**prev["metadata"], "resourceVersion": str(
+            change.rv)}})
 
     def _sees(self, obj: Obj) -> bool:
         ns = obj["metadata"].get("namespace", "")
@@ -220,7 +225,7 @@ class Store:
         obj = objects.prepare_create(rt, objects.default(rt, obj))
         objects.validate(rt, obj)
         meta = {**obj["metadata"], "uid": str(uuid.uuid4()), "creationTimestamp": now_rfc3339()}
-        if "spec" in obj:
+        if rt.kind in objects.GENERATION:
             meta["generation"] = 1
         obj["metadata"] = meta
         if (meta.get("namespace") or "", meta["name"]) in self.objects[rt.key]:
@@ -233,7 +238,11 @@ class Store:
                subresource: str = "", manager: str = "", dry_run: bool = False) -> Obj:
         old = self.get(rt, ns, name)
         shapes.check(rt, body)
-        _preconditions(rt, name, old["metadata"], body.get("metadata") or {})
+        meta = body.get("metadata") or {}
+        if meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:
+            raise errors.conflict(rt, name, errors.storage_precondition(
+                rt, ns, name, "UID", meta["uid"], old["metadata"]["uid"]))
+        _preconditions(rt, name, old["metadata"], meta)
         return self._replace(rt, old, body, subresource, manager, dry_run)
 
     def patch(self, rt: ResourceType, ns: str | None, name: str, content_type: str, patch: Any,
@@ -257,34 +266,55 @@ class Store:
         return self._replace(rt, old, new, subresource, manager, dry_run, sent)
 
     def delete(self, rt: ResourceType, ns: str | None, name: str, options: Obj) -> Obj:
+        """DELETE as the generic registry does it: preconditions, graceful deletion of pods
+        (deletionTimestamp and grace period written first, a MODIFIED event, then the object
+        is removed at once when the grace period is 0), finalizers (the object stays,
+        marked), the pod or DRA object itself as the reply, else a Status Success."""
         old = self.get(rt, ns, name)
+        meta = old["metadata"]
         pre = options.get("preconditions") or {}
-        if pre.get("uid") and pre["uid"] != old["metadata"]["uid"]:
-            raise errors.conflict(rt, name, f"Precondition failed: UID in precondition: "
-                                            f"{pre['uid']}, UID in object meta: "
-                                            f"{old['metadata']['uid']}")
-        if pre.get("resourceVersion") and pre["resourceVersion"] != old["metadata"][
-                "resourceVersion"]:
-            raise errors.conflict(rt, name, f"Precondition failed: ResourceVersion in "
-                                            f"precondition: {pre['resourceVersion']}, "
-                                            f"ResourceVersion in object meta: "
-                                            f"{old['metadata']['resourceVersion']}")
+        if pre.get("uid") and pre["uid"] != meta["uid"]:
+            raise errors.conflict_kind(rt, name, f"the UID in the precondition ({pre['uid']}) "
+                                       f"does not match the UID in record ({meta['uid']}). The "
+                                       "object might have been deleted and then recreated")
+        if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
+            raise errors.conflict_kind(rt, name, "the ResourceVersion in the precondition "
+                                       f"({pre['resourceVersion']}) does not match the "
+                                       f"ResourceVersion in record ({meta['resourceVersion']}). "
+                                       "The object might have been modified")
         if options.get("dryRun"):
             return old
-        grace = objects.grace_period(rt, old, options.get("gracePeriodSeconds"))
-        meta = old["metadata"]
-        if not meta.get("finalizers") and not grace:
-            return self._remove(rt, old)
-        if meta.get("deletionTimestamp"):
-            return old  # already terminating: the kubelet or a finalizer's owner finishes it
-        stamped = {**meta, "deletionTimestamp": now_rfc3339(), "deletionGracePeriodSeconds": grace}
-        return self._write(rt, "MODIFIED", {**old, "metadata": stamped}, old)
+        grace = options.get("gracePeriodSeconds")
+        if grace is not None and grace < 0:
+            grace = 1
+        stamped = objects.graceful_deletion(rt, old, grace)
+        if stamped is objects.PENDING:
+            return self._deleted_reply(rt, old)
+        if stamped is not None:
+            written = self._write(rt, "MODIFIED", stamped, old)
+            if meta.get("finalizers") or stamped["metadata"]["deletionGracePeriodSeconds"]:
+                return written
+            return self._deleted_reply(rt, self._remove(rt, written))
+        if meta.get("finalizers"):  # marked as deleting; the finalizers' owners finish it
+            marked = objects.mark_deleting(old)
+            return old if marked is old else self._write(rt, "MODIFIED", marked, old)
+        return self._deleted_reply(rt, self._remove(rt, old))
+
+    @staticmethod
+    def _deleted_reply(rt: ResourceType, obj: Obj) -> Obj:
+        if rt.kind in objects.RETURN_DELETED:
+            return obj
+        details = {"name": obj["metadata"]["name"], **({"group": rt.group} if rt.group else {}),
+                   "kind": rt.plural, "uid": obj["metadata"]["uid"]}
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": details}
 
     def delete_collection(self, rt: ResourceType, ns: str | None, matches: Matcher,
                           options: Obj) -> list[Obj]:
         items, _, _ = self.list(rt, ns, matches)
-        return [self.delete(rt, o["metadata"].get("namespace"), o["metadata"]["name"], options)
-                for o in items]
+        for o in items:
+            self.delete(rt, o["metadata"].get("namespace"), o["metadata"]["name"], options)
+        return items
 
     def bind(self, ns: str, name: str, binding: Obj) -> None:
         """POST pods/NAME/binding: set spec.nodeName once and merge the Binding's annotations
@@ -311,21 +341,19 @@ class Store:
                                                "Required value")])
         pod = self.get(pods, ns, name)
         if meta.get("uid") and meta["uid"] != pod["metadata"]["uid"]:
-            raise errors.conflict(pods, name, f"Precondition failed: UID in precondition: "
-                                              f"{meta['uid']}, UID in object meta: "
-                                              f"{pod['metadata']['uid']}", "binding")
+            raise errors.conflict(pods, name, errors.storage_precondition(
+                pods, ns, name, "UID", meta["uid"], pod["metadata"]["uid"]))
         if meta.get("resourceVersion") and meta["resourceVersion"] != pod["metadata"][
                 "resourceVersion"]:
-            raise errors.conflict(pods, name, "Precondition failed: ResourceVersion in "
-                                              f"precondition: {meta['resourceVersion']}, "
-                                              "ResourceVersion in object meta: "
-                                              f"{pod['metadata']['resourceVersion']}", "binding")
-        if pod["spec"].get("nodeName"):
-            raise errors.conflict(pods, name, f"pod {name} is already assigned to node "
-                                              f"\"{pod['spec']['nodeName']}\"", "binding")
+            raise errors.conflict(pods, name, errors.storage_precondition(
+                pods, ns, name, "ResourceVersion", meta["resourceVersion"],
+                pod["metadata"]["resourceVersion"]))
         if pod["metadata"].get("deletionTimestamp"):
             raise errors.conflict(pods, name, f"pod {name} is being deleted, cannot be assigned "
                                               "to a host", "binding")
+        if pod["spec"].get("nodeName"):
+            raise errors.conflict(pods, name, f"pod {name} is already assigned to node "
+                                              f"\"{pod['spec']['nodeName']}\"", "binding")
         new_meta = dict(pod["metadata"])
         if meta.get("annotations"):
             new_meta["annotations"] = {**(new_meta.get("annotations") or {}),
@@ -372,8 +400,8 @@ class Store:
         if dry_run:
             return {**new, "metadata": {**new["metadata"], "resourceVersion": str(self.rv)}}
         if meta.get("deletionTimestamp") and not meta.get("finalizers") and \
-                old_meta.get("finalizers"):
-            return self._remove(rt, new)
+                old_meta.get("finalizers") and meta.get("deletionGracePeriodSeconds") == 0:
+            return self._remove(rt, new)  # the last finalizer gone: deleted now
         return self._write(rt, "MODIFIED", new, old)
 
     def _remove(self, rt: ResourceType, old: Obj) -> Obj:
@@ -422,9 +450,10 @@ def _preconditions(rt: ResourceType, name: str, old: Obj, new: Obj) -> None:
                                  f"the name on the URL ({name})")
     if new.get("resourceVersion") and new["resourceVersion"] != old["resourceVersion"]:
         raise errors.conflict(rt, name, errors.STALE)
-    if new.get("uid") and new["uid"] != old["uid"]:
-        raise errors.conflict(rt, name, f"Precondition failed: UID in precondition: "
-                                        f"{new['uid']}, UID in object meta: {old['uid']}")
+    if new.get("uid") and new["uid"] != old["uid"]:  # ValidateObjectMetaUpdate, twice
+        cause = ("metadata.uid", "FieldValueInvalid",
+                 f'Invalid value: "{new["uid"]}": field is immutable')
+        raise errors.invalid(rt, name, [cause, cause])
 
 
 def _obj_key(obj: Obj) -> Key:

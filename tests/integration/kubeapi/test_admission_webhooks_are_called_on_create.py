@@ -28,33 +28,36 @@ class StubWebhook:
         self.allowed = True
         self.status: dict = {}
         self.warnings: list[str] = []
+        self.patch_everywhere = False  # also answer /validate with the patch
         self.pki = make_pki()
         self.url = ""
 
     async def handle(self, request: web.Request) -> web.Response:
         review = await request.json()
         self.reviews.append({"query": dict(request.query), "headers": dict(request.headers),
-                             **review})
+                             "path": request.path, **review})
         response = {"uid": review["request"]["uid"], "allowed": self.allowed}
         if self.status:
             response["status"] = self.status
         if self.warnings:
             response["warnings"] = self.warnings
-        if self.patch is not None:
+        if self.patch is not None and (request.path == "/mutate" or self.patch_everywhere):
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(json.dumps(self.patch).encode()).decode()
         return web.json_response({"apiVersion": "admission.k8s.io/v1",
                                   "kind": "AdmissionReview", "response": response})
 
     def configuration(self, kind: str = "Mutating", url: str = "", **hook) -> dict:
+        """A configuration calling /mutate (Mutating) or /validate (Validating)."""
         plural = f"{kind.lower()}webhookconfigurations"
+        url = url or self.url.replace("/mutate", f"/{kind.lower().removesuffix('ing')}e")
         return {"path": f"/apis/admissionregistration.k8s.io/v1/{plural}", "body": {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": f"{kind}WebhookConfiguration", "metadata": {"name": f"stub-{kind.lower()}"},
             "webhooks": [{
                 "name": f"{kind.lower()}.stub.example.com", "admissionReviewVersions": ["v1"],
                 "sideEffects": "None", "timeoutSeconds": 5,
-                "clientConfig": {"url": url or self.url, "caBundle": base64.b64encode(
+                "clientConfig": {"url": url, "caBundle": base64.b64encode(
                     self.pki.ca_cert).decode()},
                 "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
                            "resources": ["pods"]}], **hook}]}}
@@ -68,6 +71,7 @@ async def webhook(tmp_path):
     tls.load_cert_chain(files["serving.crt"], files["serving.key"])
     app = web.Application()
     app.router.add_post("/mutate", stub.handle)
+    app.router.add_post("/validate", stub.handle)
     runner = web.AppRunner(app)
     await runner.setup()
     sock = socket.socket()
@@ -100,18 +104,20 @@ async def _first_refusal(raw, body: dict) -> tuple[int, dict]:
     return code, reply
 
 
-async def _settle(raw, webhook) -> None:
+async def _settle(raw, webhook, paths: tuple[str, ...] = ("/mutate",)) -> None:
+    """Until a probe pod reaches every path (a real kube-apiserver needs about 1 s to see a
+    new configuration)."""
     import asyncio
 
     for _ in range(50):
         await raw.call("POST", "/api/v1/namespaces/default/pods", pod_body("probe"))
         await raw.call("DELETE", "/api/v1/namespaces/default/pods/probe",
                        gracePeriodSeconds="0")
-        if webhook.reviews:
+        if {r["path"] for r in webhook.reviews} >= set(paths):
             webhook.reviews.clear()
             return
         await asyncio.sleep(0.1)
-    raise AssertionError("the webhook was never called")
+    raise AssertionError(f"the webhook was never called on {paths}")
 
 
 async def test_a_mutating_webhook_gets_the_real_review_and_its_patch_is_applied(raw, webhook):
@@ -181,9 +187,21 @@ async def test_warnings_reach_the_client_as_warning_headers(kube_api, raw, webho
 async def test_a_validating_webhook_sees_what_the_mutating_one_changed(raw, webhook):
     await _register(raw, webhook.configuration())
     await _register(raw, webhook.configuration("Validating"))
-    await _settle(raw, webhook)
+    await _settle(raw, webhook, ("/mutate", "/validate"))
     webhook.patch = [{"op": "add", "path": "/metadata/labels", "value": {"m": "1"}}]
-    code, _ = await _create(raw, pod_body("v"))
-    assert code == 201
-    assert [r["request"]["object"]["metadata"].get("labels") for r in webhook.reviews] == [
-        None, {"m": "1"}], "mutating first (before its patch), then validating (after)"
+    code, reply = await _create(raw, pod_body("v"))
+    assert code == 201, reply
+    assert [(r["path"], r["request"]["object"]["metadata"].get("labels"))
+            for r in webhook.reviews] == [("/mutate", None), ("/validate", {"m": "1"})], \
+        "mutating first (before its patch), then validating (after)"
+
+
+async def test_a_validating_webhook_that_answers_with_a_patch_has_failed(raw, webhook):
+    await _register(raw, webhook.configuration("Validating"))
+    await _settle(raw, webhook, ("/validate",))
+    webhook.patch, webhook.patch_everywhere = [
+        {"op": "add", "path": "/metadata/labels", "value": {"m": "1"}}], True
+    code, reply = await _create(raw, pod_body("v"))
+    assert code == 500 and reply["message"] == (
+        'Internal error occurred: failed calling webhook "validating.stub.example.com": '
+        "received invalid webhook response: validating webhook may not return response.patch")

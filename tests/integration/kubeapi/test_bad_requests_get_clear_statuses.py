@@ -20,7 +20,6 @@ PODS = "/api/v1/namespaces/default/pods"
     ("POST", PODS, json.dumps({"apiVersion": "v1", "kind": "Node",
                                "metadata": {"name": "x"}}), "application/json", 400),
     ("GET", "/api/v1/namespaces/default/gizmos", None, "application/json", 404),
-    ("GET", "/apis/nope.example.com/v1", None, "application/json", 404),
     ("PATCH", f"{PODS}/p", "{}", "text/plain", 415),
     ("PATCH", f"{PODS}/p", '{"op": "add"}', "application/json-patch+json", 400),
     ("PATCH", f"{PODS}/p", '[{"op": "add"}]', "application/json-patch+json", 422),
@@ -30,8 +29,8 @@ PODS = "/api/v1/namespaces/default/pods"
      "application/json", 400),
     ("POST", "/api/v1/namespaces", "k8s\x00\x0a\xff\xff", "application/vnd.kubernetes.protobuf",
      400),
-], ids=["not-json", "not-an-object", "wrong-kind", "unknown-resource", "unknown-group",
-        "unknown-patch-type", "json-patch-not-a-list", "json-patch-op-without-path",
+], ids=["not-json", "not-an-object", "wrong-kind", "unknown-resource", "unknown-patch-type",
+        "json-patch-not-a-list", "json-patch-op-without-path",
         "bad-grace-period", "bad-limit", "bad-resource-version", "broken-protobuf"])
 async def test_a_malformed_request_is_a_status_naming_the_problem(
         kube_api, raw, method, path, body, content_type, code):
@@ -42,6 +41,19 @@ async def test_a_malformed_request_is_a_status_naming_the_problem(
     assert reply.status_code == code, reply.text
     status = reply.json()
     assert status["kind"] == "Status" and status["status"] == "Failure" and status["message"]
+
+
+@pytest.mark.parametrize("path", ["/apis/nope.example.com/v1", "/apis/nope.example.com",
+                                  "/apis/nope.example.com/v1/gizmos", "/nope"])
+async def test_a_path_no_api_serves_is_a_plain_404_page(kube_api, path):
+    """No Status here: an unknown group (or path) never reaches an API handler, and Go's
+    http.NotFound answers. A known group with an unknown version or resource is a Status."""
+    async with kube_api.http() as http:
+        reply = await http.get(path)
+        known = await http.get("/apis/coordination.k8s.io/v2")
+    assert (reply.status_code, reply.text) == (404, "404 page not found\n")
+    assert reply.headers["content-type"] == "text/plain; charset=utf-8"
+    assert known.status_code == 404 and known.json()["reason"] == "NotFound"
 
 
 async def test_a_protobuf_body_of_a_kind_it_cannot_read_is_415(kube_api):

@@ -72,8 +72,9 @@ def test_no_kubebuilder_assets_means_the_in_process_server():
 
 def test_a_folder_without_the_binaries_is_an_error_that_says_how_to_get_them(tmp_path):
     (tmp_path / "etcd").write_text("")
-    with pytest.raises(EnvtestError, match=r"no executable etcd or kube-apiserver; get them "
-                                           r"with `go install .*setup-envtest"):
+    with pytest.raises(EnvtestError, match=r"no executable etcd or kube-apiserver; build them "
+                                           r"with `export KUBEBUILDER_ASSETS=\$\(bash "
+                                           r"tools/kube/build.sh\)`"):
         find_assets(str(tmp_path))
 
 
@@ -162,17 +163,19 @@ def test_a_component_that_exits_is_reported_with_its_log(tmp_path):
 
 def test_with_kubebuilder_assets_the_kube_api_fixture_runs_tests_on_the_real_backend(tmp_path):
     test = tmp_path / "test_either.py"
-    test.write_text(
+    test.write_text(  # every kube_api test runs on each backend: in-process and the real one
         "def test_backend(kube_api, raw):\n"
-        "    assert kube_api.backend.startswith('kube-apiserver v1.')\n"
-        "    assert kube_api.faults is None and kube_api.is_real\n"
+        "    assert kube_api.is_real == kube_api.backend.startswith('kube-apiserver v1.')\n"
+        "    assert (kube_api.faults is None) == kube_api.is_real\n"
         "def test_faults_skip(kube_api):\n"
         "    kube_api.need_faults()\n")
-    env = {**os.environ, "KUBEBUILDER_ASSETS": str(_assets(tmp_path / "bin")),
+    env = {**{k: v for k, v in os.environ.items() if k != "GPUSLICE_KUBE_BACKENDS"},
+           "KUBEBUILDER_ASSETS": str(_assets(tmp_path / "bin")),
            "PYTHONPATH": str(TESTS), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", str(test), "-p", "kubeapi.fixtures", "-q",
+        [sys.executable, "-m", "pytest", str(test), "-p", "kubeapi.fixtures", "-v",
          "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-rs"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
-    assert "1 passed, 1 skipped" in result.stdout, result.stdout + result.stderr
+    assert "3 passed, 1 skipped" in result.stdout, result.stdout + result.stderr
+    assert "test_backend[kube-apiserver] PASSED" in result.stdout
     assert "fault injection needs the in-process API server" in result.stdout

@@ -99,9 +99,10 @@ async def test_reordered_events_scenario_swaps_each_pair(raw, faults):
     task = await _watch_in_background(raw, 2, resourceVersion=created["metadata"][
         "resourceVersion"])
     await raw.create(pod_body("b"))
-    await raw.call("DELETE", f"{PODS}/a")
+    await raw.call("PATCH", f"{PODS}/a", {"metadata": {"labels": {"x": "y"}}},
+                   "application/merge-patch+json")
     events = [(e["type"], e["object"]["metadata"]["name"]) for e in await task]
-    assert events == [("DELETED", "a"), ("ADDED", "b")]
+    assert events == [("MODIFIED", "a"), ("ADDED", "b")]
 
 
 @pytest.mark.parametrize("kube_api", [{"bookmark_interval": 60}], indirect=True)

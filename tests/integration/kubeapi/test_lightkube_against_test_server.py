@@ -43,7 +43,7 @@ async def test_async_watch_streams_changes_after_a_list(kube_api):
         async for kind, pod in client.watch(Pod, namespace="default",
                                             resource_version=listing.resourceVersion):
             seen.append((kind, pod.metadata.name))
-            if len(seen) == 2:
+            if len(seen) == 3:
                 return
 
     task = asyncio.create_task(watch())
@@ -51,13 +51,16 @@ async def test_async_watch_streams_changes_after_a_list(kube_api):
     await client.create(Pod.from_dict(pod_body("b")))
     await client.delete(Pod, "a")
     await asyncio.wait_for(task, 10)
-    assert names == ["a"] and seen == [("ADDED", "b"), ("DELETED", "a")]
+    # a deleted pod is first MODIFIED (its deletionTimestamp), then DELETED
+    assert names == ["a"] and seen == [("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "a")]
 
 
 async def test_the_lease_round_trip_leader_election_needs(kube_api):
     client = kube_api.async_client()
+    # microseconds that are not 0: lightkube writes a datetime back without them otherwise
+    # (see the next test)
     spec = LeaseSpec(holderIdentity="replica-1", leaseDurationSeconds=15,
-                     renewTime="2026-11-24T00:00:00.000000Z")
+                     renewTime="2026-11-24T00:00:00.000001Z")
     lease = await client.create(Lease(metadata=ObjectMeta(name="gpuslice-scheduler"), spec=spec),
                                 namespace="kube-system")
     lease.spec.holderIdentity = "replica-2"
@@ -67,6 +70,24 @@ async def test_the_lease_round_trip_leader_election_needs(kube_api):
     with pytest.raises(ApiError) as caught:
         await client.replace(lease, namespace="kube-system")
     assert caught.value.status.code == 409
+
+
+async def test_a_typed_lease_read_at_a_whole_second_cannot_be_written_back(kube_api):
+    """lightkube reads a MicroTime into a datetime and writes it with isoformat(), which
+    drops ".000000": the server refuses that (MicroTime needs six digits). gpuslice's leader
+    election (gpuslice.kube.lease) writes Leases as dicts for this reason."""
+    client = kube_api.async_client()
+    spec = LeaseSpec(holderIdentity="replica-1", renewTime="2026-11-24T00:00:00.000000Z")
+    lease = await client.create(Lease(metadata=ObjectMeta(name="whole-second"), spec=spec),
+                                namespace="default")
+    assert lease.to_dict()["spec"]["renewTime"] == "2026-11-24T00:00:00Z"
+    with pytest.raises(ApiError) as caught:
+        await client.replace(lease, namespace="default")
+    assert caught.value.status.code == 400
+    assert caught.value.status.message == (
+        'Lease in version "v1" cannot be handled as a Lease: parsing time '
+        '"2026-11-24T00:00:00Z" as "2006-01-02T15:04:05.000000Z07:00": cannot parse "Z" as '
+        '".000000"')
 
 
 async def test_events_can_be_posted_for_a_pod(kube_api):
@@ -88,5 +109,7 @@ def test_the_sync_client_works_from_plain_threads(kube_api):
     client.create(Node.from_dict({"metadata": {"name": "n1", "labels": {"gpu": "yes"}}}))
     client.patch(Node, "n1", {"metadata": {"annotations": {"gpuslice.io/inventory": "{}"}}})
     node = client.get(Node, "n1")
-    assert node.metadata.annotations == {"gpuslice.io/inventory": "{}"}
+    # a real cluster's kube-controller-manager may have added its own
+    # (node.alpha.kubernetes.io/ttl): the patch merged ours in
+    assert node.metadata.annotations["gpuslice.io/inventory"] == "{}"
     assert [n.metadata.name for n in client.list(Node, labels={"gpu": "yes"})] == ["n1"]

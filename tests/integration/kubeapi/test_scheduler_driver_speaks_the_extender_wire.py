@@ -123,8 +123,8 @@ async def test_filter_prioritize_and_bind_bodies_have_the_real_schedulers_keys(
 
 
 async def test_without_node_cache_the_driver_sends_a_full_node_list(kube_api, raw, extender):
-    for name in ("node-a", "node-b"):
-        await raw.create(node_body(name))
+    for name in ("node-a", "node-b"):  # labels: fields a manager owns (a node created with
+        await raw.create(node_body(name, {"zone": "a"}))  # status only has no managedFields)
     async with SchedulerDriver(kube_api.kubeconfig,
                                config(extender, nodeCacheCapable=False)) as driver:
         await raw.create(gpu_pod("gpu-1"))

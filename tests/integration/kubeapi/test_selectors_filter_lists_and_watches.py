@@ -65,9 +65,12 @@ async def test_cluster_scoped_lists_take_selectors_too(raw):
 async def test_a_watch_with_a_selector_sees_an_object_leave_it_as_deleted(raw, kube_api):
     created = await raw.create(pod_body("w", labels={"app": "x"}))
     rv = created["metadata"]["resourceVersion"]
-    code, _ = await raw.call("PATCH", f"{PODS}/w", {"metadata": {"labels": {"app": "z"}}},
-                             "application/merge-patch+json")
+    code, patched = await raw.call("PATCH", f"{PODS}/w", {"metadata": {"labels": {"app": "z"}}},
+                                   "application/merge-patch+json")
     assert code == 200
     events = await raw.watch_lines(PODS, 1, labelSelector="app=x", resourceVersion=rv)
+    # the object as it last matched, at the resourceVersion of the change that took it out
     assert [(e["type"], e["object"]["metadata"]["labels"]["app"]) for e in events] == [
-        ("DELETED", "z")]
+        ("DELETED", "x")]
+    assert events[0]["object"]["metadata"]["resourceVersion"] == \
+        patched["metadata"]["resourceVersion"]

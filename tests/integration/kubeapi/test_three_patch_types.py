@@ -26,7 +26,8 @@ async def test_a_merge_patch_replaces_lists_whole(raw):
         {"type": "A", "status": "True"}, {"type": "B", "status": "True"}]}}, MERGE)
     code, node = await raw.call("PATCH", path, {"status": {"conditions": [
         {"type": "A", "status": "False"}]}}, MERGE)
-    assert code == 200 and node["status"]["conditions"] == [{"type": "A", "status": "False"}]
+    assert code == 200 and node["status"]["conditions"] == [{
+        "type": "A", "status": "False", "lastHeartbeatTime": None, "lastTransitionTime": None}]
 
 
 async def test_a_merge_patch_of_a_pod_keeps_its_defaults(raw):
@@ -59,8 +60,9 @@ async def test_a_strategic_status_patch_merges_conditions_by_type(raw):
         {"type": "Ready", "status": "False"}]}}, STRATEGIC)
     assert code == 200
     conditions = {c["type"]: c for c in node["status"]["conditions"]}
-    assert conditions["Ready"] == {**ready, "status": "False"}
-    assert conditions["MemoryPressure"] == pressure
+    unset = {"lastHeartbeatTime": None, "lastTransitionTime": None}  # Go's zero metav1.Time
+    assert conditions["Ready"] == {**ready, **unset, "status": "False"}
+    assert conditions["MemoryPressure"] == {**pressure, **unset}
 
 
 async def test_a_strategic_patch_can_delete_one_list_element(raw):

@@ -14,9 +14,28 @@ async def test_a_watch_from_a_resource_version_sends_every_later_change_in_order
     first = await raw.create(pod_body("a"))
     await raw.create(pod_body("b"))
     await raw.call("DELETE", f"{PODS}/a")
-    events = await raw.watch_lines(PODS, 2, resourceVersion=first["metadata"]["resourceVersion"])
+    events = await raw.watch_lines(PODS, 3, resourceVersion=first["metadata"]["resourceVersion"])
+    # a pod is deleted gracefully: first written with its deletionTimestamp (grace 0: it is
+    # not bound), then removed
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
-        ("ADDED", "b"), ("DELETED", "a")]
+        ("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "a")]
+    terminating, gone = events[1]["object"]["metadata"], events[2]["object"]["metadata"]
+    assert terminating["deletionGracePeriodSeconds"] == 0 and terminating["deletionTimestamp"]
+    assert gone["deletionTimestamp"] == terminating["deletionTimestamp"]
+    rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
+    assert rvs == sorted(rvs) and len(set(rvs)) == 3, "each change its own resourceVersion"
+
+
+async def test_a_configmap_is_deleted_in_one_event(raw):
+    made = await raw.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})
+    code, reply = await raw.call("DELETE", "/api/v1/namespaces/default/configmaps/c")
+    assert code == 200 and reply == {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                     "status": "Success", "details": {
+                                         "name": "c", "kind": "configmaps",
+                                         "uid": made["metadata"]["uid"]}}
+    events = await raw.watch_lines("/api/v1/namespaces/default/configmaps", 1, timeout=3,
+                                   resourceVersion=made["metadata"]["resourceVersion"])
+    assert [e["type"] for e in events] == ["DELETED"]
 
 
 async def test_a_watch_without_a_resource_version_starts_with_the_current_objects(raw):
