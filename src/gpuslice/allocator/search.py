@@ -264,6 +264,7 @@ def _search(s: NodeSnapshot, plan: PodPlan, gpu: GpuPolicy,
                 sets, at = k, i
         rp = apps[at]
         cands = _candidates(s, elig, rp, a_mem, a_cores, a_slots, a_excl, None)
+        assert len(cands) == cnt[at], "fits() and _candidates() disagree"
         todo.remove(at)
         try:
             first = [c[POS] for c in gpu.choose(cands, rp.count, gpus)]
