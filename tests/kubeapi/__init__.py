@@ -6,6 +6,8 @@ Open first: fixtures.py (what a test gets), then server.py.
   app.py              HTTP paths and verbs;  watch.py  watch streams
   store.py            objects, resourceVersions, history, watchers
   shapes.py           JSON types (400);  objects.py  per-kind defaults, validation (422)
+  quantity.py         quantities as the real server stores them ("3000" -> "3k")
+  microtime.py        MicroTime as the real server reads it (six digits, UTC)
   patches.py          merge, strategic, JSON patch;  selectors.py  label/field selectors
   admission.py        calls admission webhooks;  errors.py  Status bodies;  tables.py  kubectl
   resources.py        the served types + discovery;  faults.py  fault injection

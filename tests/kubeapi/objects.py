@@ -1,10 +1,14 @@
 """Per-kind rules of the test API server: defaults on create, validation (422), what an update
-may change, which part a subresource writes, grace periods and managedFields.
-Owns: the Pod rules a gpuslice component can trip over on a real server: defaults the
+may change, which part a subresource writes, graceful deletion and managedFields.
+Owns: what the real decoder does to every body (quantities stored canonically, MicroTimes in
+UTC, the zero values and defaults of Pods, Nodes, Secrets, webhook configurations and DRA
+objects), the Pod rules a gpuslice component can trip over on a real server: defaults the
 scheduler's extender bodies show (schedulerName, tolerations, requests from limits, phase,
-qosClass), extended-resource validation (whole numbers, requests equal limits), an
-immutable spec (only images, tolerations, activeDeadlineSeconds and schedulingGates change),
-status written only through /status. Namespaces get their name label and phase.
+qosClass), resource validation as validateResourceRequirements (by value: non-negative,
+whole numbers and requests equal to limits for extended resources), an immutable spec
+(only images, tolerations, activeDeadlineSeconds and schedulingGates change), status written
+only through /status, rest.BeforeDelete's grace periods. Namespaces get their name label and
+phase.
 Does not: store anything (store.py). managedFields list one entry per manager and operation
 with the fields of that manager's last write (the real server tracks ownership per field).
 Tests: tests/integration/kubeapi/test_resource_versions_and_conflicts.py and
@@ -524,6 +528,7 @@ def _native(name: str) -> bool:
     return "/" not in name or "kubernetes.io/" in name
 
 
+@functools.lru_cache(maxsize=1024)
 def _extended(name: str) -> bool:
     """IsExtendedResourceName."""
     return not _native(name) and not name.startswith("requests.") and \

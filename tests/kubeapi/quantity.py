@@ -144,8 +144,17 @@ def canonical(mantissa: int, exp: int, fmt: str) -> str:
 
 
 def value_of(text: Any) -> tuple[int, int]:
-    """(mantissa, exponent) of a stored quantity, for comparing values."""
-    mantissa, exp, _, _ = parse(stored(text))
+    """(mantissa, exponent) of a quantity, without trailing zeros, for comparing values."""
+    return _value_of(text) if isinstance(text, str) else _value(stored(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _value_of(text: str) -> tuple[int, int]:
+    return _value(stored(text))
+
+
+def _value(text: str) -> tuple[int, int]:
+    mantissa, exp, _, _ = parse(text)
     while mantissa and mantissa % 10 == 0:
         mantissa //= 10
         exp += 1
