@@ -113,6 +113,9 @@ class Agent:
                                  claims_root=self.dra.root if self.dra else None,
                                  claims=self.dra.prepared if self.dra else dict)
         self._mismatch_reported: set[str] = set()
+        # (pod uid, resource) -> device IDs answered for the pod's containers while it is in
+        # flight: the kubelet gives later containers its init containers' IDs again
+        self._given: dict[tuple[str, str], set[str]] = {}
         self._suspects: set[tuple[str, str, frozenset[str]]] = set()
         self._stop = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -166,8 +169,13 @@ class Agent:
 
     def _answer(self, resource: str, device_ids: Sequence[str]) -> alloc.Answer:
         flights, assigned = self._views()
+        live = {f.flight.uid for f in flights}
+        for key in [k for k in self._given if k[0] not in live]:  # done, gone or timed out
+            del self._given[key]
         return alloc.answer(flights, assigned, {g.uuid: g for g in self.gpus()}, resource,
-                            device_ids, self.layout)
+                            device_ids, self.layout,
+                            given={uid: ids for (uid, r), ids in self._given.items()
+                                   if r == resource})
 
     async def allocate(self, resource: str, device_ids: Sequence[str]) -> alloc.Answer:
         try:
@@ -189,6 +197,7 @@ class Agent:
             self.metrics.allocations.labels(resource, "error").inc()
             raise
         ns, name = a.pod_key.split("/", 1)
+        self._given.setdefault((a.pod_uid, resource), set()).update(device_ids)
         self.cluster.answered(ns, name, a.pod_uid, a.container)
         self.metrics.allocations.labels(resource, "ok").inc()
         log.info("Allocate answered", extra={"pod": a.pod_key, "container": a.container,

@@ -8,18 +8,20 @@ use too), and the region's limits (`Answer.region`, which the agent writes into 
 Does not: do I/O (the agent creates the region and patches gpuslice.io/allocated),
 or speak gRPC (plugin.py turns an Answer into a ContainerAllocateResponse).
 Invariants: a container gets exactly its assigned GPUs and limits, nothing else; the kubelet's
-device IDs must lie on those GPUs; an assignment is believed only for a pod bound to THIS node,
-on GPUs this node has, that does not over-commit a GPU together with the node's other pods (a
-hand-written annotation cannot take another pod's share).
+device IDs must lie on those GPUs (except IDs it reuses from the pod's init containers); an
+assignment is believed only for a pod bound to THIS node, on GPUs this node has, that does not
+over-commit a GPU together with the node's other pods (a hand-written annotation cannot take
+another pod's share).
 Failure: AllocateError, whose message the kubelet shows in the pod's events: what is wrong and
-what to check. Tests: tests/unit/node/test_allocate.py
+what to check. Tests: tests/unit/node/test_allocate.py, tests/unit/node/test_init_device_reuse.py,
+tests/integration/real_node/test_real_node_pods.py (the real kubelet's reuse)
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,8 +209,15 @@ def _describe(pods: Sequence[InFlight]) -> str:
 
 def answer(pods: Sequence[InFlight], others: Mapping[str, model.PodAssignment],
            gpus: Mapping[str, model.GPU], resource: str, device_ids: Sequence[str],
-           layout: Layout) -> Answer:
-    """The answer to one container's Allocate(resource, device_ids) on this node."""
+           layout: Layout, given: Mapping[str, Collection[str]] | None = None) -> Answer:
+    """The answer to one container's Allocate(resource, device_ids) on this node.
+
+    `given`: pod uid -> the `resource` device IDs already answered for that pod's earlier
+    containers. The kubelet hands an app container (or a later init container) the devices of
+    the pod's init containers first (its device manager's devicesToReuse, without asking
+    GetPreferredAllocation for them), so such IDs may lie on the init container's GPUs: they
+    name no GPU for this container and are not checked; the container gets its own assigned
+    GPUs whatever replica IDs the kubelet counts it under."""
     quantity = len(device_ids)
     got = handoff.match_allocate([p.flight for p in pods], resource, quantity)
     if got is None:
@@ -235,10 +244,12 @@ def answer(pods: Sequence[InFlight], others: Mapping[str, model.PodAssignment],
     if why is not None:
         raise AllocateError(f"{where}: its assignment is not honoured: {why}; delete the pod so "
                             "that the scheduler places it again")
-    chosen = {device_gpu(d) for d in device_ids}
+    reused = set(device_ids) & set((given or {}).get(flight.uid, ()))
+    fresh = [d for d in device_ids if d not in reused]
+    chosen = {device_gpu(d) for d in fresh}
     whole = handoff.REPLICAS_PER_GPU.get(resource, None) is None
-    if not chosen <= set(uuids) or (whole and (len(chosen) != len(uuids) or
-                                               len(chosen) != quantity)):
+    if not chosen <= set(uuids) or (whole and (len(chosen) != len(fresh) or
+                                               (not reused and len(chosen) != len(uuids)))):
         raise AllocateError(
             f"{where} is assigned {', '.join(uuids)} but the kubelet chose devices on "
             f"{', '.join(sorted(chosen))}; check that no other device plugin advertises "

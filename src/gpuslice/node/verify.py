@@ -1,19 +1,21 @@
 """After containers start: did the kubelet give each container the GPUs its assignment names?
 
 Owns: reading the kubelet's PodResources v1 List, comparing each allocated container's device
-IDs (GPU UUID before `::`) with its assignment, and the remedy of DESIGN §4.3: two
-interchangeable pods (same shape) that got each other's GPUs have their assignment annotations
-swapped (guarded by resourceVersion) and their region directories exchanged, with an event
-AllocateSwapped and a metric; any other difference is an event AllocateMismatch and a metric,
-once per pod.
+IDs (GPU UUID before `::`) with its assignment (IDs the kubelet reused from the pod's init
+containers excepted), and the remedy of DESIGN §4.3: two interchangeable pods (same shape)
+that got each other's GPUs have their assignment annotations swapped (guarded by
+resourceVersion) and their region directories exchanged, with an event AllocateSwapped and a
+metric; any other difference is an event AllocateMismatch and a metric, once per pod.
 Does not: change what a container runs with (its env was fixed at Allocate).
 Failure: PodResources unreachable -> logged, retried next round; a swap that races with another
 writer (409) is retried next round.
-Tests: tests/unit/node/test_verify.py, tests/integration/node/test_agent_with_kubelet.py
+Tests: tests/unit/node/test_verify.py, tests/unit/node/test_init_device_reuse.py,
+tests/integration/node/test_agent_with_kubelet.py, tests/integration/real_node/
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,8 +23,8 @@ from typing import Any
 
 import grpc
 
-from gpuslice import codec, handoff
-from gpuslice.errors import CodecError
+from gpuslice import codec, handoff, model
+from gpuslice.errors import CodecError, GpusliceError
 from gpuslice.node.allocate import device_gpu
 from gpuslice.node.proto import podresources_pb2 as pr
 from gpuslice.node.proto import podresources_pb2_grpc as pr_grpc
@@ -80,14 +82,46 @@ def compare(pods: Sequence[Mapping[str, Any]], actual: Mapping[tuple[str, str], 
             a = codec.decode_assignment(ann[codec.ASSIGNMENT_ANNOTATION])
         except CodecError:
             continue
-        for c in a.containers:
-            ids = [i for r in resources for i in got.get(c.container, {}).get(r, [])]
-            if not ids:
+        # The kubelet hands app containers their pod's init containers' device IDs first
+        # (devicesToReuse) and lists no (non-sidecar) init container in PodResources: an ID
+        # listed for an earlier container too, or, up to as many as the init containers had,
+        # one on an init container's GPU, is such a reuse and names no GPU of this container;
+        # the container's other devices must lie on its own GPUs.
+        requests: tuple[handoff.DeviceRequest, ...] = ()
+        if any(c.kind is model.ContainerKind.INIT for c in a.containers):  # else no reuse
+            with contextlib.suppress(GpusliceError):
+                requests = handoff.device_requests(pod)
+        order = {r.container: n for n, r in enumerate(requests)}
+        slices = {c.container: c for c in a.containers}
+        budget: dict[str, int] = {}
+        init_gpus: dict[str, set[str]] = {}
+        for r in requests:
+            if r.kind is model.ContainerKind.INIT and r.container in slices:
+                budget[r.resource] = budget.get(r.resource, 0) + r.quantity
+                init_gpus.setdefault(r.resource, set()).update(
+                    s.uuid for s in slices[r.container].slices)
+        earlier: set[tuple[str, str]] = set()
+        for c in sorted(a.containers, key=lambda c: (order.get(c.container, len(order)),
+                                                     c.kind is not model.ContainerKind.INIT)):
+            held = [(r, i) for r in resources for i in got.get(c.container, {}).get(r, [])]
+            if not held:
                 continue  # not started yet, or not one of ours
-            real = frozenset(device_gpu(i) for i in ids)
             mine = frozenset(s.uuid for s in c.slices)
-            if real != mine:
-                out.append(Mismatch(pod, c.container, mine, real))
+            fresh, reused = [], False
+            for r, i in held:
+                if (r, i) in earlier:
+                    reused = True
+                elif device_gpu(i) not in mine and device_gpu(i) in init_gpus.get(r, ()) \
+                        and budget.get(r, 0) > 0 and c.kind is not model.ContainerKind.INIT:
+                    budget[r] -= 1
+                    reused = True
+                else:
+                    fresh.append(i)
+            earlier.update(held)
+            real = frozenset(device_gpu(i) for i in fresh)
+            if real != mine and not (reused and real <= mine):
+                out.append(Mismatch(pod, c.container, mine,
+                                    frozenset(device_gpu(i) for _, i in held)))
     return out
 
 

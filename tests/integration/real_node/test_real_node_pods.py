@@ -123,3 +123,47 @@ def test_a_gpu_pod_placed_by_hand_is_refused_at_admission_with_the_agents_messag
                        result="refused") > refused_before
     assert all(e["pod_uid"] != pod["metadata"]["uid"] for e in node.checkpoint()), \
         "the kubelet keeps no devices for a pod it rejected"
+
+
+def test_an_app_container_on_another_gpu_than_its_init_container_is_admitted(tier):
+    """The real kubelet gives an app container its pod's init container's devices again (device
+    manager devicesToReuse), without GetPreferredAllocation: with the init container on another
+    GPU (the extender places init containers apart from the app phase) the agent refused the
+    app container and the pod failed admission, until it learnt to tell those IDs apart."""
+    client, ns, node = tier.client(), tier.namespace, tier.node
+    image = "registry.invalid/cuda:never-pulled"
+    client.create(dict_view(Pod)(real.pod_body("filler", ns, {
+        "nvidia.com/gpu": "1", "nvidia.com/gpumem": "10000", "nvidia.com/gpucores": "10"})))
+    tier.wait_pods(["filler"], allocated=True)
+    # binpack: the app (4000 MiB) joins the filler's GPU, the init (12000 MiB) cannot
+    client.create(dict_view(Pod)(real.pod_body("init-apart", ns, {}, containers=[
+        {"name": "app", "image": image, "resources": {"limits": {
+            "nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "10"}}}],
+        initContainers=[{"name": "init", "image": image, "resources": {"limits": {
+            "nvidia.com/gpu": "1", "nvidia.com/gpumem": "12000", "nvidia.com/gpucores": "5"}}}])))
+    deadline = time.monotonic() + 60
+    while True:  # fake-cri's init container never ends: the pod stays Pending once admitted
+        pod = dict(client.get(dict_view(Pod), "init-apart", namespace=ns))
+        done = (pod["metadata"].get("annotations") or {}).get(handoff.ALLOCATED)
+        if done == "init,app" or pod["status"].get("phase") == "Failed" or \
+                time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert pod["status"].get("phase") != "Failed", pod["status"].get("message")
+    assert done == "init,app"
+    slices = {c.container: [s.uuid for s in c.slices] for c in codec.decode_assignment(
+        pod["metadata"]["annotations"][codec.ASSIGNMENT_ANNOTATION]).containers}
+    assert slices["init"] != slices["app"], "the case under test: init and app on other GPUs"
+    entries = {e["container"]: e for e in node.checkpoint()
+               if e["pod_uid"] == pod["metadata"]["uid"]}
+    assert entries["app"]["devices"] == entries["init"]["devices"], \
+        "the kubelet reused the init container's device for the app container"
+    assert {d.split("::")[0] for d in entries["init"]["devices"]} == set(slices["init"])
+    assert entries["app"]["envs"]["NVIDIA_VISIBLE_DEVICES"] == slices["app"][0]
+    assert entries["app"]["envs"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4000m"
+    assert entries["init"]["envs"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "12000m"
+    region = Region.read(node.state_dir / "regions" / pod["metadata"]["uid"] / "app" / "region")
+    assert [(d.uuid, d.limit) for d in region.devices if d.uuid] == [(slices["app"][0],
+                                                                      4000 << 20)]
+    time.sleep(2 * 2 + 0.5)  # two PodResources rounds: the reused ID is no mismatch
+    assert real.metric(node.agent_metrics(), "gpuslice_allocate_mismatches_total") == 0
