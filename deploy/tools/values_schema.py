@@ -71,6 +71,9 @@ def schema() -> dict[str, Any]:
                 "httpTimeout": {"type": "string", "pattern": "^[0-9]+(ms|s|m)$"},
                 "ignorable": BOOL, "logLevel": LEVEL, "config": ref["SchedulerConfig"],
                 "kubeSchedulerArgs": {"type": "array", "items": STR},
+                "kubeSchedulerClient": obj({
+                    "qps": {"type": "number", "exclusiveMinimum": 0},
+                    "burst": {"type": "integer", "minimum": 1}}),
                 "resources": obj({"extender": RESOURCES, "kubeScheduler": RESOURCES}),
                 **PLACEMENT}),
             "webhook": obj({
