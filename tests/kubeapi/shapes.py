@@ -12,6 +12,7 @@ Tests: tests/integration/kubeapi/test_bad_requests_get_clear_statuses.py"""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from . import errors
@@ -23,13 +24,29 @@ STRLIST = "[]string"
 QUANTITIES = "quantities"  # a map of quantities: objects.py reads the values (400 there)
 
 
+def _is_str(v: Any) -> bool:
+    return type(v) is str
+
+
+_OK: dict[str, Callable[[Any], bool]] = {  # bodies are decoded JSON: exact builtin types
+    INT32: lambda v: type(v) is int, INT64: lambda v: type(v) is int,
+    BOOL: lambda v: v is True or v is False,
+    STRMAP: lambda v: type(v) is dict and all(type(x) is str or x is None for x in v.values()),
+    STRLIST: lambda v: type(v) is list and all(type(x) is str for x in v),
+    QUANTITIES: lambda v: type(v) is dict, "map[string][]uint8": lambda v: type(v) is dict,
+}
+
+
 class Struct(dict[str, Any]):
     """The fields of one Go struct, and its name: the decoder's errors name the innermost
-    struct ("Go struct field PodSpec.spec.nodeName of type string")."""
+    struct ("Go struct field PodSpec.spec.nodeName of type string"). `plan`: (key, shape, the
+    leaf's type check or None), walked on every write."""
 
     def __init__(self, go: str, fields: dict[str, Any]) -> None:
         super().__init__(fields)
         self.go = go
+        self.plan = tuple((k, sub, _OK.get(sub, _is_str) if isinstance(sub, str) else None)
+                          for k, sub in fields.items())
 
 
 def objects(go_list: str, item: Struct) -> tuple[str, Struct]:
@@ -148,29 +165,30 @@ def _walk(rt: ResourceType, shape: Struct, value: Any, old: Any,
     """`value` (not None) against `shape`; `path` is only joined into text for an error."""
     if not isinstance(old, dict):
         old = {}
-    for key, sub in shape.items():
+    for key, sub, ok in shape.plan:
         v = value.get(key)
         if v is None or v is old.get(key):
             continue
-        where = (*path, key)
-        if isinstance(sub, str):
-            _leaf(rt, shape.go, where, sub, v)
-        elif isinstance(sub, Struct):
-            if not isinstance(v, dict):
-                raise _mismatch(rt, shape.go, where, f"v1.{sub.go}", v)
-            _walk(rt, sub, v, old.get(key), where)
+        if ok is not None:
+            if not ok(v):
+                _leaf(rt, shape.go, (*path, key), sub, v)
+        elif type(sub) is Struct:
+            if type(v) is not dict:
+                raise _mismatch(rt, shape.go, (*path, key), f"v1.{sub.go}", v)
+            _walk(rt, sub, v, old.get(key), (*path, key))
         else:  # a list of structs: (Go list type, item struct)
-            if not isinstance(v, list):
-                raise _mismatch(rt, shape.go, where, sub[0], v)
+            if type(v) is not list:
+                raise _mismatch(rt, shape.go, (*path, key), sub[0], v)
             for item in v:
                 if item is None:
                     continue
-                if not isinstance(item, dict):
-                    raise _mismatch(rt, shape.go, where, f"v1.{sub[1].go}", item)
-                _walk(rt, sub[1], item, None, where)
+                if type(item) is not dict:
+                    raise _mismatch(rt, shape.go, (*path, key), f"v1.{sub[1].go}", item)
+                _walk(rt, sub[1], item, None, (*path, key))
 
 
 def _leaf(rt: ResourceType, struct: str, where: tuple[str, ...], want: str, v: Any) -> None:
+    """Raise the decoder's error for a leaf that failed its check."""
     if want in (INT32, INT64):
         ok = isinstance(v, int) and not isinstance(v, bool)
     elif want == BOOL:
