@@ -9,6 +9,7 @@ Open first: agent.py (how the parts are put together), then
   cluster.py    the agent's view of the API: pods on this node, patches queued while it is away
   inventory.py  the node's gpuslice.io/inventory annotation and the per-node config
   verify.py     PodResources check after containers start (swap interchangeable pods)
+  swap.py       the swap itself, journalled so a half-done one completes next round
   regions.py    reading containers' shared regions safely (tenants control those files)
   exporter.py   /metrics: per container, per GPU, slots
   watchdog.py   processes over their limit or without the library

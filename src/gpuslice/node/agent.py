@@ -29,10 +29,9 @@ from typing import Any
 
 from aiohttp import web
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from gpuslice import codec, handoff, model, ops
+from gpuslice import handoff, model, ops
 from gpuslice.dra import claims as dra_claims
 from gpuslice.dra.kubelet import DraLink
 from gpuslice.dra.plugin import ApiClaims, DraPlugin
@@ -40,7 +39,6 @@ from gpuslice.dra.publisher import SlicePublisher
 from gpuslice.errors import EnvironmentProblem, GpusliceError
 from gpuslice.kube import errors as kerrors
 from gpuslice.kube.cache import Change, Informer
-from gpuslice.kube.patch import patch_metadata
 from gpuslice.node import allocate as alloc
 from gpuslice.node import regions, verify
 from gpuslice.node.cluster import Cluster
@@ -52,6 +50,7 @@ from gpuslice.node.kubelet import KubeletLink
 from gpuslice.node.nvml import GPUBackend
 from gpuslice.node.plugin import DevicePlugin
 from gpuslice.node.settings import NodeConfig
+from gpuslice.node.swap import Swapper
 from gpuslice.node.watchdog import Violation, Watchdog
 from gpuslice.shim import AGENT_REGION
 
@@ -96,6 +95,7 @@ class Agent:
                              recovery_s=cfg.xid_recovery_seconds)
         self.cluster = Cluster(client, cfg.node_name, pod_resync_s=cfg.pod_resync_seconds,
                                journal=state / "answered.json")
+        self.swapper = Swapper(client, self.regions_root, state / "swaps.json")
         self.inventory = Inventory(self.devices, cfg, self.cluster.set_node_annotation)
         self._pod_views = alloc.PodViews(cfg.node_name)
         self._init_dra(client, state)
@@ -251,15 +251,21 @@ class Agent:
             self._slices_due.set()
 
     async def _verify_once(self) -> None:
+        if self.swapper.entries:  # a swap left half done (error, or a kill): finish it first
+            await self._finish_swaps()
         try:
             actual = await verify.list_pod_resources(self.cfg.pod_resources_socket)
         except Exception as exc:  # grpc errors, a missing socket: try again next round
             log.warning("PodResources List failed: %s", exc)
             return
-        pods = [p for p in self.cluster.pods() if _fully_allocated(p)]
+        pending = self.swapper.pending()
+        pods = [p for p in self.cluster.pods() if _fully_allocated(p)
+                and str(p["metadata"].get("uid")) not in pending]
         pairs, left = verify.swaps(verify.compare(pods, actual, self.cfg.resources))
         for a, b in pairs:
-            await self._swap(a, b)
+            self.swapper.start(a, b)
+        if pairs:
+            await self._finish_swaps()
         # the kubelet records a container's devices just after its Allocate returns, so one
         # round may see half of a swap: report what two rounds in a row agree on
         seen = {(str(m.pod["metadata"].get("uid")), m.container, m.actual) for m in left}
@@ -276,28 +282,22 @@ class Agent:
             log.error("AllocateMismatch: %s", msg, extra={"pod_uid": uid})
             self.cluster.warn(m.pod, "AllocateMismatch", msg)
 
-    async def _swap(self, a: dict[str, Any], b: dict[str, Any]) -> None:
-        key = codec.ASSIGNMENT_ANNOTATION
-        try:
-            for x, y in ((a, b), (b, a)):
-                await patch_metadata(self.cluster.client, Pod, x["metadata"]["name"],
-                                     namespace=x["metadata"]["namespace"],
-                                     annotations={key: y["metadata"]["annotations"][key]},
-                                     resource_version=x["metadata"].get("resourceVersion"))
-        except kerrors.APIError as exc:
-            log.warning("swapping assignments of two interchangeable pods failed: %s; "
-                        "retrying next round", exc)
+    async def _finish_swaps(self) -> None:
+        """Complete journalled swaps (swap.py): those begun this round, and any an error or a
+        kill left half done."""
+        done = await self.swapper.finish()
+        for entry in done:
+            self.metrics.swaps.inc()
+            names = [f"{p['namespace']}/{p['name']}" for p in entry]
+            for p, other in ((entry[0], names[1]), (entry[1], names[0])):
+                ref = self._pod(p["uid"]) or {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                    "name": p["name"], "namespace": p["namespace"], "uid": p["uid"]}}
+                self.cluster.note(ref, "AllocateSwapped", f"the kubelet gave this pod the GPUs "
+                                  f"assigned to the interchangeable pod {other}; assignments "
+                                  "swapped")
+            log.info("swapped assignments of interchangeable pods", extra={"pods": names})
+        if done or self.swapper.entries:
             await self.cluster.refresh()
-            return
-        with contextlib.suppress(OSError):
-            regions.swap(self.regions_root, a["metadata"]["uid"], b["metadata"]["uid"])
-        self.metrics.swaps.inc()
-        names = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in (a, b)]
-        for p, other in ((a, names[1]), (b, names[0])):
-            self.cluster.note(p, "AllocateSwapped", f"the kubelet gave this pod the GPUs "
-                              f"assigned to the interchangeable pod {other}; assignments swapped")
-        log.info("swapped assignments of interchangeable pods", extra={"pods": names})
-        await self.cluster.refresh()
 
     def _report(self, v: Violation) -> None:
         self.metrics.violations.labels(v.kind).inc()

@@ -3,12 +3,13 @@
 Owns: reading the kubelet's PodResources v1 List, comparing each allocated container's device
 IDs (GPU UUID before `::`) with its assignment (IDs the kubelet reused from the pod's init
 containers excepted), and the remedy of DESIGN §4.3: two interchangeable pods (same shape)
-that got each other's GPUs have their assignment annotations swapped (guarded by
-resourceVersion) and their region directories exchanged, with an event AllocateSwapped and a
-metric; any other difference is an event AllocateMismatch and a metric, once per pod.
+that got each other's GPUs are paired (`swaps`); the agent has swap.py swap their assignment
+annotations and region directories (journalled, so a half-done swap completes itself), with
+an event AllocateSwapped and a metric; any other difference is an event AllocateMismatch and a
+metric, once per pod.
 Does not: change what a container runs with (its env was fixed at Allocate).
-Failure: PodResources unreachable -> logged, retried next round; a swap that races with another
-writer (409) is retried next round.
+Failure: PodResources unreachable -> logged, retried next round (a journalled swap is
+finished even then).
 Tests: tests/unit/node/test_verify.py, tests/unit/node/test_init_device_reuse.py,
 tests/integration/node/test_agent_with_kubelet.py, tests/integration/real_node/
 """
