@@ -120,4 +120,16 @@ def dict_view(resource: type[Any]) -> type[Any]:
         base = lkr.GlobalResource
     else:
         raise TypeError(f"{resource!r} is not a lightkube resource class")
-    return type(resource.__name__, (base, Generic), {"_api_info": lkr.api_info(resource)})
+    info = lkr.api_info(resource)
+    group, version = info.resource.group, info.resource.version
+    type_meta = (("apiVersion", f"{group}/{version}" if group else version),
+                 ("kind", info.resource.kind))
+
+    def __init__(self: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        dict.__init__(self, *args, **kwargs)
+        # kube-apiserver sends the items of a list without apiVersion and kind (a watch
+        # event's object has them); events and anything else that names the object need them
+        if "kind" not in self:
+            self.update(type_meta)
+
+    return type(resource.__name__, (base, Generic), {"_api_info": info, "__init__": __init__})

@@ -134,3 +134,20 @@ def test_dict_view_keeps_the_api_path_and_leaves_lightkubes_registry_alone():
     assert resource_registry.get("v1", "Pod") in (None, Pod), "the typed class is not shadowed"
     with pytest.raises(TypeError, match="not a lightkube resource class"):
         client.dict_view(dict)
+
+
+def test_list_items_get_the_type_kube_apiserver_leaves_out_of_them():
+    """kube-apiserver sends a list's items without apiVersion and kind (lightkube builds each
+    item with the class); events about a listed pod need them (the node agent's swap events
+    failed on the real server without this)."""
+    from lightkube.resources.core_v1 import Pod
+    from lightkube.resources.resource_v1 import ResourceSlice
+
+    from gpuslice.kube.client import dict_view
+
+    item = dict_view(Pod)({"metadata": {"name": "p", "namespace": "ns"}, "spec": {}})
+    assert (item["apiVersion"], item["kind"], item["metadata"]["name"]) == ("v1", "Pod", "p")
+    assert dict_view(ResourceSlice)({"metadata": {"name": "s"}})["apiVersion"] == \
+        "resource.k8s.io/v1"
+    kept = dict_view(Pod)({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
+    assert list(kept) == ["apiVersion", "kind", "metadata"]
