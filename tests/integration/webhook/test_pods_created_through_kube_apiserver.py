@@ -131,8 +131,20 @@ async def test_the_documented_policy_keeps_placement_annotations_to_gpuslice(kub
         await client.patch(Pod, "plain", {"metadata": {"annotations": {"team": "a"}}},
                            namespace="default", patch_type=PatchType.MERGE)  # others allowed
     finally:
-        # the test tier's reset does not delete policies, and this one binds the admin too
+        # the test tier's reset does not delete policies, and this one binds the admin too;
+        # kube-apiserver stops enforcing a deleted policy only when its informer catches up, so
+        # wait for that, or the next test meets this policy's denials
         kube_api.kubectl("delete", "-f", str(tmp_path / "policy.yaml"), "--ignore-not-found")
+        for _ in range(100):
+            try:
+                await client.patch(Pod, "plain", {"metadata": {"annotations": {
+                    "gpuslice.io/assignment": "forged"}}}, namespace="default",
+                    patch_type=PatchType.MERGE)
+                break
+            except ApiError as exc:
+                if exc.status.code == 404:  # the pod was never made: nothing to probe with
+                    break
+                await asyncio.sleep(0.1)
         await client.close()
 
 
