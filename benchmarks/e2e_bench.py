@@ -58,6 +58,7 @@ from gpuslice.kube.patch import patch_metadata  # noqa: E402
 from gpuslice.scheduler.state import trim_pod  # noqa: E402
 from kubeapi.certs import make_pki  # noqa: E402
 from kubeapi.envtest import ControlPlane, find_assets  # noqa: E402
+from kubeapi.raw import has_not_ready_taint  # noqa: E402
 from kubeapi.scheduler_driver import DriverConfig, SchedulerDriver, api_session  # noqa: E402
 from kubeapi.server import spawn  # noqa: E402
 
@@ -574,9 +575,7 @@ async def untainted(client: AsyncClient, count: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         nodes = [dict(n) async for n in client.list(dict_view(Node))]
-        tainted = [n["metadata"]["name"] for n in nodes
-                   if any(t.get("key") == "node.kubernetes.io/not-ready"
-                          for t in (n["spec"].get("taints") or []))]
+        tainted = [n["metadata"]["name"] for n in nodes if has_not_ready_taint(n)]
         if len(nodes) >= count and not tainted:
             return
         if time.monotonic() > deadline:

@@ -35,7 +35,7 @@ def _ready(node: dict) -> bool:
                for c in (node.get("status") or {}).get("conditions") or [])
 
 
-def _not_ready_taint(node: dict) -> bool:
+def has_not_ready_taint(node: dict) -> bool:
     return any(t.get("key") == "node.kubernetes.io/not-ready"
                for t in (node.get("spec") or {}).get("taints") or [])
 
@@ -62,7 +62,7 @@ class Raw:
                 else "/api/v1/nodes")
         code, reply = await self.call("POST", path, body)
         assert code == 201, reply
-        if body["kind"] == "Node" and _ready(body) and _not_ready_taint(reply):
+        if body["kind"] == "Node" and _ready(body) and has_not_ready_taint(reply):
             return await self.schedulable(reply["metadata"]["name"])
         return reply
 
@@ -75,7 +75,7 @@ class Raw:
         while True:
             code, obj = await self.call("GET", f"/api/v1/nodes/{node}")
             assert code == 200, obj
-            if not _not_ready_taint(obj):
+            if not has_not_ready_taint(obj):
                 return obj
             assert asyncio.get_running_loop().time() < deadline, \
                 f"node {node} kept the not-ready taint for {timeout} s: {obj['spec']}"
