@@ -187,6 +187,7 @@ async def test_a_container_on_other_gpus_than_its_assignment_is_reported_once(no
                             namespace="default")
     await node.agent.cluster.refresh()
     await wait_for(lambda: node.agent.metrics.mismatches._value.get() == 1, "mismatch counted")
+    await node.agent.cluster.events.flush()  # events are written in the background
     events = [e async for e in node.client.list(dict_view(Event), namespace="default")]
     assert any(e["reason"] == "AllocateMismatch" and gpu(0) in e["message"] for e in events)
     await node.agent._verify_once()
