@@ -68,6 +68,7 @@ from lightkube.resources.resource_v1 import (  # noqa: E402
 from lightkube.types import PatchType  # noqa: E402
 
 from allocator_bench import pct  # noqa: E402  (one percentile rule for every benchmark)
+from gpuslice.container.edits import Layout  # noqa: E402
 from gpuslice.dra import DRIVER, cdi  # noqa: E402
 from gpuslice.dra.claims import node_devices  # noqa: E402
 from gpuslice.dra.kubelet import DraLink  # noqa: E402
@@ -76,7 +77,6 @@ from gpuslice.dra.publisher import SlicePublisher  # noqa: E402
 from gpuslice.kube import errors  # noqa: E402
 from gpuslice.kube.cache import Informer  # noqa: E402
 from gpuslice.kube.client import dict_view  # noqa: E402
-from gpuslice.node.allocate import Layout  # noqa: E402
 from gpuslice.node.inventory import node_gpus  # noqa: E402
 from gpuslice.node.nvml import DeviceInfo  # noqa: E402
 from gpuslice.node.settings import DraConfig, NodeConfig  # noqa: E402

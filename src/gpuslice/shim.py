@@ -3,7 +3,7 @@
 Owns: `Region` (read-only view of the region file; mirrors native/include/gpuslice/region.h,
 documented in docs/shim.md), `RegionSpec` (the bytes of a new region, as the library would
 write them: what the node agent creates at Allocate), `library_path()`, and the three CLI
-commands. Does not: place region files (node/regions.py does) or enforce anything itself.
+commands. Does not: place region files (container/regions.py does) or enforce anything itself.
 Invariants: stdlib only at import time (runs with PYTHONPATH=src where msgspec is absent; click and
 rich are imported inside the commands); totals are derived from live slots, as the library does.
 Failure: ShimError (CLI exit 3) for a missing library or an unreadable/foreign region,

@@ -1,5 +1,5 @@
 """On a real GPU: the region the node agent writes at Allocate caps PyTorch whatever the
-container's own env says. The region is placed by node.regions.place and bind-mounted at the
+container's own env says. The region is placed by container.regions.place and bind-mounted at the
 library's fixed path (/var/run/gpuslice) in a private mount namespace, as the kubelet mounts it;
 the process's env is a tenant's that tries every way past the cap (a 1 TiB limit, no SM limit,
 its own region path). Needs root (mounts); skips otherwise.
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from gpu_harness import GRANULE, MiB, nvml_used_by_pid, source_env
 
-from gpuslice.node import regions
+from gpuslice.container import regions
 from gpuslice.shim import AGENT_REGION, Region, RegionSpec
 
 pytestmark = pytest.mark.gpu

@@ -25,11 +25,11 @@ from typing import Any
 import pytest
 from gpu_harness import GRANULE, MiB, nvml_used_by_pid, source_env
 
+from gpuslice.container import regions
+from gpuslice.container.edits import Layout
 from gpuslice.dra import DRIVER, cdi
 from gpuslice.dra.claims import NodeDevice
 from gpuslice.dra.plugin import DraPlugin
-from gpuslice.node import regions
-from gpuslice.node.allocate import Layout
 from gpuslice.shim import AGENT_BOARD, AGENT_REGION
 
 pytestmark = pytest.mark.gpu

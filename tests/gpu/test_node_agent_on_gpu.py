@@ -3,7 +3,7 @@ exporter against NVML, and the watchdog catching a process that runs without the
 
 The Allocate answer is computed for a test pod by the agent's own code (node.allocate, with
 the library installed by node.agent.install_library and the region written by
-node.regions.place), then used as a PyTorch process's environment; the container mounts are
+container.regions.place), then used as a PyTorch process's environment; the container mounts are
 simulated: `/etc/ld.so.preload` -> LD_PRELOAD of the installed library, the region directory
 mount -> CUDA_DEVICE_MEMORY_SHARED_CACHE pointing at the host directory. No kubelet, no API
 server: those paths are covered without a GPU (tests/integration/node/).
@@ -26,8 +26,8 @@ from gpu_harness import GRANULE, GiB, MiB, nvml_used_by_pid, source_env
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the kubelet package
 
 from gpuslice import codec, model
+from gpuslice.container import edits, regions
 from gpuslice.node import allocate as alloc
-from gpuslice.node import regions
 from gpuslice.node.exporter import AgentMetrics, UsageCollector
 from gpuslice.node.health import Health
 from gpuslice.node.install import install_library
@@ -93,7 +93,7 @@ def answer(backend: Any, libgpuslice: Path, tmp_path: Path) -> alloc.Answer:
     """The agent's Allocate answer for a pod with one container capped at CAP_MIB on GPU 0."""
     state = tmp_path / "state"
     lib, preload = install_library(libgpuslice, state, "/usr/local/gpuslice/lib/libgpuslice.so")
-    layout = alloc.Layout(library_host=str(lib), preload_host=str(preload),
+    layout = edits.Layout(library_host=str(lib), preload_host=str(preload),
                           regions_host=str(state / "regions"),
                           board_host=str(regions.prepare_board(state)))
     cfg = load(None, flags={"nodeName": NODE}, environ={})
@@ -105,7 +105,7 @@ def answer(backend: Any, libgpuslice: Path, tmp_path: Path) -> alloc.Answer:
                      alloc.assigned_pods([p], NODE), gpus, "nvidia.com/gpu", [f"{uuid}::0"],
                      layout)
     regions.place(regions.prepare(layout.regions_host, a.pod_uid, a.container) /
-                  alloc.REGION_FILE, a.region)  # as the agent does at Allocate
+                  edits.REGION_FILE, a.region)  # as the agent does at Allocate
     return a
 
 
@@ -115,7 +115,7 @@ def _as_container(a: alloc.Answer) -> dict[str, str]:
     env = source_env(**a.envs)
     loaded = Path(mounts["/etc/ld.so.preload"]).read_text().strip()  # a path in the container
     env["LD_PRELOAD"] = mounts[loaded]
-    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(Path(a.region_host_dir) / alloc.REGION_FILE)
+    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(Path(a.region_host_dir) / edits.REGION_FILE)
     env.pop("NVIDIA_VISIBLE_DEVICES", None)  # no container runtime here: the host sees the GPUs
     return env
 

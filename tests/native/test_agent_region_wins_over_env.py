@@ -1,4 +1,4 @@
-"""The region the node agent writes (shim.RegionSpec, node.regions.place) is what the real library
+"""The region the node agent writes (shim.RegionSpec, regions.place) is what the real library
 uses, with the agent's limits, when it is mounted at the library's fixed path (/var/run/gpuslice):
 a tenant's env (a ConfigMap the kubelet applies after Allocate) can neither raise nor remove the
 cap, nor point the library at a region of its own; every uid of the container shares it; the
@@ -33,7 +33,7 @@ from harness import (
     read_line,
 )
 
-from gpuslice.node import regions
+from gpuslice.container import regions
 from gpuslice.shim import AGENT_BOARD, AGENT_REGION, Region, RegionSpec
 
 GPU0 = "GPU-face0000-0000-0000-0000-000000000000"  # the fake driver's device 0

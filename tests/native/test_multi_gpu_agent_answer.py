@@ -17,8 +17,8 @@ from harness import GRANULE, REPO, Harness, MiB
 
 from gpuslice import codec, dialects, handoff, model
 from gpuslice.allocator import ClusterState, parse_policy
+from gpuslice.container import edits, regions
 from gpuslice.node import allocate as alloc
-from gpuslice.node import regions
 from gpuslice.node.inventory import node_gpus
 from gpuslice.node.nvml import FakeBackend
 from gpuslice.node.settings import load
@@ -55,20 +55,20 @@ def answer(gs: Harness, tmp_path: Path) -> alloc.Answer:
         codec.ASSIGNMENT_ANNOTATION: codec.encode_assignment(placed.assignment),
         handoff.BOUND_AT: handoff.format_time(time.time() - 1)}
     pod["spec"]["nodeName"] = NODE
-    layout = alloc.Layout(library_host=str(gs.bins.lib), preload_host="/unused",
+    layout = edits.Layout(library_host=str(gs.bins.lib), preload_host="/unused",
                           regions_host=str(tmp_path / "regions"),
                           board_host=str(regions.prepare_board(tmp_path)))
     a = alloc.answer(alloc.in_flight([pod], NODE, time.time(), 120),
                      alloc.assigned_pods([pod], NODE), {g.uuid: g for g in gpus},
                      "nvidia.com/gpu", [f"{GPU0}::0", f"{GPU1}::0"], layout)
     regions.place(regions.prepare(layout.regions_host, a.pod_uid, a.container) /
-                  alloc.REGION_FILE, a.region)
+                  edits.REGION_FILE, a.region)
     return a
 
 
 def _container_process(gs: Harness, a: alloc.Answer, visible: str) -> Child:
     env = gs.env(devices=2, fake_mib=1024, extra={**a.envs, "CUDA_VISIBLE_DEVICES": visible})
-    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(Path(a.region_host_dir) / alloc.REGION_FILE)
+    env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(Path(a.region_host_dir) / edits.REGION_FILE)
     ordinals = ",".join(str(i) for i in range(len(visible.split(","))))
     return Child([sys.executable, str(HOLDER), "--api", "driver", "--devices", ordinals], env,
                  timeout=30)

@@ -3,11 +3,11 @@ uses a claim.
 
 Owns: one spec per claim, `<cdiDir>/gpuslice.io-claim_<claim-uid>.json` (CDI 0.5.0, kind
 `gpuslice.io/claim`, one device named by the claim uid: CDI id `gpuslice.io/claim=<uid>`),
-whose containerEdits are the device plugin's env and mounts (node/allocate.container_edits:
+whose containerEdits are the device plugin's env and mounts (container/edits.container_edits:
 library, ld.so.preload, the claim's region directory, the board, the limits as env) plus the
 device nodes of its GPUs and of the driver; writing it atomically (temporary file renamed into
 place: checkpoint.write_atomic, not durable: rebuilt at the next prepare) and removing it.
-Does not: decide limits (claims.py) or write regions (node/regions.py).
+Does not: decide limits (claims.py) or write regions (container/regions.py).
 Invariant: a reader (the runtime) sees the old spec, the new one or none, never half of one.
 Tests: tests/unit/dra/test_cdi.py
 """
@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from gpuslice.container.edits import Layout, container_edits
 from gpuslice.dra.checkpoint import write_atomic
-from gpuslice.node.allocate import Layout, container_edits
 from gpuslice.shim import RegionSpec
 
 __all__ = ["CDI_VERSION", "KIND", "build", "check_uid", "device_id", "path", "remove", "write"]

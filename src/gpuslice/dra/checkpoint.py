@@ -22,7 +22,7 @@ from pathlib import Path
 
 import msgspec
 
-from gpuslice.dra.claims import ClaimShares
+from gpuslice.container.limits import ClaimShares
 
 __all__ = ["Checkpoint", "Entry", "write_atomic"]
 

@@ -1,5 +1,5 @@
 """PURE: a ResourceClaim's allocation -> the shares this node must enforce (the kubelet plugin's
-input), and the claim's region limits.
+input; container/limits.py turns them into the claim's region limits).
 
 Owns: reading `status.allocation.devices.results[]` (entries of our driver and this node's
 pool), both result shapes (a share: `consumedCapacity` + `shareID`; an exclusive device, or a
@@ -7,9 +7,7 @@ server with DRAConsumableCapacity off: neither = the whole device), memory round
 and checking each result against the devices this node publishes (slices.py's names and sizes).
 Does not: talk to the API (plugin.py fetches the claim) or write anything (cdi.py, regions).
 Invariants: the limits are `consumedCapacity` (what the scheduler counted), never the request;
-cores 0 (the published default: the claim named none) and 100 = no compute limit; one region per
-claim, one cap per GPU (two shares of one claim on one GPU add up), sm_limit = the largest cores
-of its GPUs.
+cores 0 (the published default: the claim named none) and 100 = no compute limit.
 Failure: DraError naming the claim, the device and what to do.
 Tests: tests/unit/dra/test_claims.py (golden: tests/golden/dra-samples/returned/)
 """
@@ -22,16 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuslice import model
+from gpuslice.container.limits import FULL_CORES, ClaimShares, MiB, Share
 from gpuslice.dra.slices import device_name, published_mib
 from gpuslice.errors import GpusliceError
 from gpuslice.quantity import QuantityError, parse_quantity
-from gpuslice.shim import RegionSpec
 
-__all__ = ["ClaimShares", "DraError", "NodeDevice", "Share", "node_devices", "region_spec",
-           "reserved_pods", "shares"]
-
-MiB = 1 << 20
-FULL_CORES = 100
+__all__ = ["DraError", "NodeDevice", "node_devices", "reserved_pods", "shares"]
 
 
 class DraError(GpusliceError):
@@ -47,32 +41,6 @@ class NodeDevice:
     minor: int  # /dev/nvidia<minor> (NVML's minor number; the NVML index where it has none)
     memory_mib: int  # the published capacity: scaled memory rounded down to the step
     healthy: bool
-
-
-@dataclass(frozen=True)
-class Share:
-    """One allocation result of this node: a device, its limits and the share it is."""
-
-    request: str
-    device: str
-    uuid: str
-    minor: int  # /dev/nvidia<minor>
-    memory_mib: int
-    cores: int  # 1..100; 100 = no compute limit
-    share_id: str | None  # None: the whole device (no consumedCapacity)
-
-
-@dataclass(frozen=True)
-class ClaimShares:
-    uid: str
-    namespace: str
-    name: str
-    shares: tuple[Share, ...]
-    pods: tuple[tuple[str, str], ...]  # (name, uid) of the pods in status.reservedFor
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 def node_devices(gpus: Sequence[model.GPU], step_mib: int,
@@ -157,15 +125,3 @@ def reserved_pods(claim: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple((str(p.get("name", "")), str(p.get("uid", "")))
                  for p in (claim.get("status") or {}).get("reservedFor") or []
                  if isinstance(p, Mapping) and p.get("resource") == "pods")
-
-
-def region_spec(c: ClaimShares, *, compute_mode: str = "hard") -> RegionSpec:
-    """The claim's region: its GPUs in first-seen order, each with the memory of its shares
-    (two shares of one claim on one GPU add up) and the largest cores as sm_limit."""
-    memory: dict[str, int] = {}
-    cores: dict[str, int] = {}
-    for s in c.shares:
-        memory[s.uuid] = memory.get(s.uuid, 0) + s.memory_mib
-        cores[s.uuid] = min(FULL_CORES, cores.get(s.uuid, 0) + s.cores)
-    return RegionSpec(device_uuids=tuple(memory), limits=tuple(m * MiB for m in memory.values()),
-                      sm_limit=max(cores.values()), compute_mode=compute_mode)

@@ -1,6 +1,6 @@
 """The kubelet DRA plugin (`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`) as a grpc.aio servicer.
 Owns: NodePrepareResources (the claim from the API server, its uid checked -> its shares here
-(claims.py) -> its region `<state-dir>/dra/regions/<claim-uid>/region` (node/regions.place),
+(claims.py) -> its region `<state-dir>/dra/regions/<claim-uid>/region` (container/regions.place),
 CDI spec (cdi.py), checkpoint entry; one Device per share), NodeUnprepareResources (CDI spec,
 region directory and entry removed: paths follow from the uid, so a prepare killed half-way is
 undone too), `status.devices[]` (best effort, in the background), the claim's pods (read again
@@ -31,16 +31,17 @@ from lightkube import AsyncClient
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus
 from lightkube.types import PatchType
 
+from gpuslice.container import regions
+from gpuslice.container.edits import REGION_FILE, Layout
+from gpuslice.container.limits import ClaimShares, region_spec
 from gpuslice.dra import cdi, claims
 from gpuslice.dra.checkpoint import Checkpoint
-from gpuslice.dra.claims import ClaimShares, DraError, NodeDevice
+from gpuslice.dra.claims import DraError, NodeDevice
 from gpuslice.dra.proto import dra_pb2 as pb
 from gpuslice.dra.proto import dra_pb2_grpc as pb_grpc
 from gpuslice.kube import errors as kerrors
 from gpuslice.kube.client import dict_view
 from gpuslice.kube.patch import retry_on_conflict
-from gpuslice.node import regions
-from gpuslice.node.allocate import REGION_FILE, Layout
 
 __all__ = ["ApiClaims", "ClaimApi", "DraPlugin", "status_devices"]
 
@@ -234,7 +235,7 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
         return c
 
     def _materialise(self, c: ClaimShares) -> None:
-        spec = claims.region_spec(c, compute_mode=self.layout.compute_mode)
+        spec = region_spec(c, compute_mode=self.layout.compute_mode)
         d = regions.prepare(self.root, c.uid)
         how = regions.place(d / REGION_FILE, spec)
         if how == "replaced":

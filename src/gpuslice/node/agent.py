@@ -32,6 +32,7 @@ from lightkube import AsyncClient
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from gpuslice import handoff, model, ops
+from gpuslice.container import edits, regions
 from gpuslice.dra import claims as dra_claims
 from gpuslice.dra.kubelet import DraLink
 from gpuslice.dra.plugin import ApiClaims, DraPlugin
@@ -40,7 +41,7 @@ from gpuslice.errors import EnvironmentProblem, GpusliceError
 from gpuslice.kube import errors as kerrors
 from gpuslice.kube.cache import Change, Informer
 from gpuslice.node import allocate as alloc
-from gpuslice.node import regions, verify
+from gpuslice.node import verify
 from gpuslice.node.cluster import Cluster
 from gpuslice.node.exporter import AgentMetrics, UsageCollector
 from gpuslice.node.health import Health
@@ -79,12 +80,12 @@ class Agent:
         lib, preload = install_library(library, state, cfg.container_library_path)
         self.regions_root = state / "regions"
         self.regions_root.mkdir(parents=True, exist_ok=True)
-        if f"{cfg.container_region_dir.rstrip('/')}/{alloc.REGION_FILE}" != AGENT_REGION:
+        if f"{cfg.container_region_dir.rstrip('/')}/{edits.REGION_FILE}" != AGENT_REGION:
             log.warning("containerRegionDir %s is not where the library looks for the agent's "
                         "region (%s): containers then find their region through their env, "
                         "which a tenant can override (docs/shim.md, Threat model)",
                         cfg.container_region_dir, AGENT_REGION)
-        self.layout = alloc.Layout(
+        self.layout = edits.Layout(
             library_host=str(lib), preload_host=str(preload), regions_host=str(self.regions_root),
             board_host=str(regions.prepare_board(state)),
             library_container=cfg.container_library_path,
@@ -186,7 +187,7 @@ class Agent:
                     raise
                 a = self._answer(resource, device_ids)
             how = regions.place(regions.prepare(self.regions_root, a.pod_uid, a.container) /
-                                alloc.REGION_FILE, a.region)
+                                edits.REGION_FILE, a.region)
             if how == "replaced":
                 log.warning("the container's region did not hold its assignment's limits; "
                             "replaced", extra={"pod": a.pod_key, "container": a.container})

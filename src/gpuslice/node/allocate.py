@@ -1,10 +1,9 @@
 """PURE: which container a kubelet Allocate call is for, and what that container is given.
 
 Owns: reading the in-flight pods of this node (handoff.flight_of plus the assignment and the
-pod's request), the checks an answer must pass, and the answer itself: GPUs, the shim env
-(contracts.md), the mounts (library, ld.so.preload, the container's region directory, the
-node's board directory at shim.AGENT_BOARD; `container_edits`, which the DRA plugin's CDI specs
-use too), and the region's limits (`Answer.region`, which the agent writes into the region).
+pod's request), the checks an answer must pass, and the answer itself: GPUs, the env and
+mounts (container/edits.py, shared with the DRA path's CDI specs), and the region's limits
+(`Answer.region`, which the agent writes into the region).
 Does not: do I/O (the agent creates the region and patches gpuslice.io/allocated),
 or speak gRPC (plugin.py turns an Answer into a ContainerAllocateResponse).
 Invariants: a container gets exactly its assigned GPUs and limits, nothing else; the kubelet's
@@ -27,38 +26,15 @@ from typing import Any
 
 from gpuslice import codec, dialects, handoff, model
 from gpuslice.allocator.usage import AllocationError, footprint
+from gpuslice.container.edits import Layout, Mount, container_edits
 from gpuslice.errors import CodecError, GpusliceError, RequestError
-from gpuslice.shim import AGENT_BOARD, RegionSpec
+from gpuslice.shim import RegionSpec
 
-__all__ = ["AllocateError", "Answer", "InFlight", "Layout", "Mount", "PodViews", "answer",
-           "assigned_pods", "container_edits", "device_gpu", "in_flight", "preferred"]
-
-REGION_FILE = "region"
-
+__all__ = ["AllocateError", "Answer", "InFlight", "PodViews", "answer", "assigned_pods",
+           "device_gpu", "in_flight", "preferred"]
 
 class AllocateError(GpusliceError):
     """The kubelet's Allocate cannot be answered; the message reaches the pod's events."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where the library and regions are on the host (installed by the agent) and in containers."""
-
-    library_host: str  # <state-dir>/lib/libgpuslice.so
-    preload_host: str  # <state-dir>/lib/ld.so.preload (one line: library_container)
-    regions_host: str  # <state-dir>/regions
-    board_host: str  # <state-dir>/board: every container's, mounted at shim.AGENT_BOARD
-    library_container: str = "/usr/local/gpuslice/lib/libgpuslice.so"
-    region_container_dir: str = "/var/run/gpuslice"
-    cdi: bool = False  # CDI device names instead of NVIDIA_VISIBLE_DEVICES
-    compute_mode: str = "hard"
-
-
-@dataclass(frozen=True)
-class Mount:
-    container_path: str
-    host_path: str
-    read_only: bool
 
 
 @dataclass(frozen=True)
@@ -270,33 +246,6 @@ def _build(flight: handoff.Flight, req: handoff.DeviceRequest, pod: model.PodReq
                   envs=envs, mounts=mounts,
                   cdi_devices=tuple(f"nvidia.com/gpu={u}" for u in uuids) if layout.cdi else (),
                   region_host_dir=region_dir, region=region)
-
-
-def container_edits(region: RegionSpec, region_dir: str, layout: Layout
-                    ) -> tuple[dict[str, str], tuple[Mount, ...]]:
-    """The env and mounts that give a container its GPUs, the library and `region` (kept in
-    host directory `region_dir`): the device plugin's Allocate answer and the DRA plugin's CDI
-    spec (dra/cdi.py) both come from here."""
-    uuids = region.device_uuids
-    # the same limits as env, for a library that finds no region at its fixed path (a
-    # containerRegionDir other than shim.AGENT_REGION's directory); the region wins otherwise
-    envs = {
-        "NVIDIA_VISIBLE_DEVICES": "void" if layout.cdi else ",".join(uuids),
-        "GPUSLICE_DEVICE_UUIDS": ",".join(uuids),
-        "CUDA_DEVICE_SM_LIMIT": str(region.sm_limit),
-        "GPUSLICE_COMPUTE_MODE": region.compute_mode,
-        "CUDA_TASK_PRIORITY": str(region.priority),
-        "CUDA_DEVICE_MEMORY_SHARED_CACHE": f"{layout.region_container_dir}/{REGION_FILE}",
-    }
-    envs.update({f"CUDA_DEVICE_MEMORY_LIMIT_{i}": f"{limit >> 20}m"
-                 for i, limit in enumerate(region.limits)})
-    mounts = (
-        Mount(layout.library_container, layout.library_host, True),
-        Mount("/etc/ld.so.preload", layout.preload_host, True),
-        Mount(layout.region_container_dir, region_dir, False),
-        Mount(AGENT_BOARD, layout.board_host, False),  # written by all tenants: docs/compute.md
-    )
-    return envs, mounts
 
 
 def preferred(pods: Sequence[InFlight], resource: str, available: Sequence[str],

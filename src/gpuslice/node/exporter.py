@@ -26,8 +26,8 @@ from prometheus_client.registry import Collector
 
 from gpuslice import model
 from gpuslice.allocator.usage import AllocationError, footprint
-from gpuslice.dra.claims import ClaimShares
-from gpuslice.node import regions
+from gpuslice.container import regions
+from gpuslice.container.limits import ClaimShares
 from gpuslice.node.nvml import GPUBackend, GPULost
 
 __all__ = ["AgentMetrics", "UsageCollector"]

@@ -31,9 +31,9 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from gpuslice import codec
+from gpuslice.container import regions
 from gpuslice.kube import errors
 from gpuslice.kube.patch import update_metadata
-from gpuslice.node import regions
 
 __all__ = ["Swapper"]
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuslice import model
-from gpuslice.dra.claims import ClaimShares, region_spec
-from gpuslice.node import regions
+from gpuslice.container import regions
+from gpuslice.container.limits import ClaimShares, region_spec
 from gpuslice.node.nvml import GPUBackend, GPULost
 from gpuslice.node.settings import WatchdogConfig
 

@@ -34,10 +34,10 @@ from harness import (
 )
 
 from gpuslice import model
+from gpuslice.container.edits import Layout
 from gpuslice.dra import DRIVER, cdi
 from gpuslice.dra.claims import NodeDevice
 from gpuslice.dra.plugin import DraPlugin
-from gpuslice.node.allocate import Layout
 from gpuslice.node.exporter import AgentMetrics, UsageCollector
 from gpuslice.node.nvml import FakeBackend
 from gpuslice.node.settings import WatchdogConfig
@@ -194,7 +194,7 @@ def test_a_tenant_that_raises_its_cap_in_the_region_file_is_still_caught_by_the_
 
 
 def plugin_region(plugin: DraPlugin) -> Any:
-    from gpuslice.node import regions
+    from gpuslice.container import regions
 
     (cr,) = regions.scan_claims(plugin.root)
     return cr.region

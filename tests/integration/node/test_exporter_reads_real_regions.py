@@ -24,7 +24,7 @@ from harness import (
 )
 
 from gpuslice import model
-from gpuslice.node import regions
+from gpuslice.container import regions
 from gpuslice.node.exporter import AgentMetrics, UsageCollector
 from gpuslice.node.nvml import FakeBackend
 from gpuslice.node.settings import WatchdogConfig

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from gpuslice.container.edits import Layout, Mount, container_edits
 from gpuslice.dra import cdi
-from gpuslice.node.allocate import Layout, Mount, container_edits
 from gpuslice.shim import AGENT_BOARD, RegionSpec
 
 UID = "f9e5ee98-602d-4677-a402-1792e3d46836"

@@ -9,8 +9,9 @@ import functools
 import pytest
 
 from gpuslice import model
+from gpuslice.container.limits import ClaimShares, Share, region_spec
 from gpuslice.dra import claims
-from gpuslice.dra.claims import DraError, Share
+from gpuslice.dra.claims import DraError
 from gpuslice.dra.slices import build_slice
 from gpuslice.node.inventory import node_gpus
 from gpuslice.node.nvml import DeviceInfo
@@ -36,7 +37,7 @@ def sample(name: str) -> dict:
     return copy.deepcopy(objs[0])
 
 
-def shares_of(claim: dict, node: str = "node-a", devices=None) -> claims.ClaimShares:
+def shares_of(claim: dict, node: str = "node-a", devices=None) -> ClaimShares:
     return claims.shares(claim, driver=DRIVER, node=node, devices=devices or DEVICES)
 
 
@@ -136,11 +137,11 @@ def test_node_devices_publish_memory_rounded_down_to_the_step_and_keep_unhealthy
 
 
 def test_the_region_holds_each_gpu_once_with_its_shares_added_and_the_largest_cores():
-    c = claims.ClaimShares("u", "ns", "c", (
+    c = ClaimShares("u", "ns", "c", (
         Share("a", "gpu-0", UUID0, 0, 1024, 20, "s1"),
         Share("b", "gpu-1", UUID1, 1, 2048, 30, "s2"),
         Share("c", "gpu-0", UUID0, 0, 512, 90, "s3")), ())
-    spec = claims.region_spec(c, compute_mode="work-conserving")
+    spec = region_spec(c, compute_mode="work-conserving")
     assert spec.device_uuids == (UUID0, UUID1)
     assert spec.limits == (1536 << 20, 2048 << 20)
     assert spec.sm_limit == 100  # 20 + 90 on gpu-0, capped at one GPU

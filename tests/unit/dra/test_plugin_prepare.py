@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from gpuslice.container.edits import Layout
 from gpuslice.dra import DRIVER, cdi, claims
 from gpuslice.dra.checkpoint import Checkpoint
 from gpuslice.dra.plugin import DraPlugin, status_devices
 from gpuslice.dra.proto import dra_pb2 as pb
 from gpuslice.kube import errors as kerrors
-from gpuslice.node.allocate import Layout
 from gpuslice.shim import Region
 
 NODE = "node-a"

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from gpuslice import model
-from gpuslice.node.allocate import AllocateError, Layout, answer, assigned_pods, in_flight
+from gpuslice.container.edits import Layout
+from gpuslice.node.allocate import AllocateError, answer, assigned_pods, in_flight
 from gpuslice.node.verify import compare
 from kubelet.pods import NODE, container, gpu, pod
 

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from gpuslice.node import regions
+from gpuslice.container import regions
 from gpuslice.shim import SLOTS_OFFSET, Region, RegionSpec
 
 GPU_A = "GPU-0a000000-0000-0000-0000-000000000000"

@@ -29,8 +29,8 @@ import uuid as uuidlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuslice.container.edits import REGION_FILE
 from gpuslice.errors import ShimError
-from gpuslice.node.allocate import REGION_FILE
 from gpuslice.shim import SLOTS_OFFSET, Region, RegionSpec
 
 __all__ = ["BOARD_DIR", "ContainerRegion", "place", "prepare", "prepare_board", "remove", "scan",

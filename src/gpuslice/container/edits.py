@@ -1,0 +1,69 @@
+"""PURE: what a container is handed to run on its GPU shares: env, mounts and the region file.
+
+Owns: `Layout` (where the library, the regions and the board lie on the host and in the
+container), `container_edits` (the env and mounts for one region: the device plugin's Allocate
+answer, node/allocate.py, and the DRA path's CDI spec, dra/cdi.py, both come from here), and
+the region's file name.
+Does not: decide limits (node/allocate.py from an assignment, container/limits.py from a
+claim's allocation) or touch files (container/regions.py).
+Invariant: both paths give a container the same env and mounts for the same limits.
+Tests: tests/unit/dra/test_cdi.py, tests/unit/node/test_allocate.py
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuslice.shim import AGENT_BOARD, RegionSpec
+
+__all__ = ["REGION_FILE", "Layout", "Mount", "container_edits"]
+
+REGION_FILE = "region"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the library and regions are on the host (installed by the agent) and in containers."""
+
+    library_host: str  # <state-dir>/lib/libgpuslice.so
+    preload_host: str  # <state-dir>/lib/ld.so.preload (one line: library_container)
+    regions_host: str  # <state-dir>/regions
+    board_host: str  # <state-dir>/board: every container's, mounted at shim.AGENT_BOARD
+    library_container: str = "/usr/local/gpuslice/lib/libgpuslice.so"
+    region_container_dir: str = "/var/run/gpuslice"
+    cdi: bool = False  # CDI device names instead of NVIDIA_VISIBLE_DEVICES
+    compute_mode: str = "hard"
+
+
+@dataclass(frozen=True)
+class Mount:
+    container_path: str
+    host_path: str
+    read_only: bool
+
+
+def container_edits(region: RegionSpec, region_dir: str, layout: Layout
+                    ) -> tuple[dict[str, str], tuple[Mount, ...]]:
+    """The env and mounts that give a container its GPUs, the library and `region` (kept in
+    host directory `region_dir`): the device plugin's Allocate answer and the DRA plugin's CDI
+    spec (dra/cdi.py) both come from here."""
+    uuids = region.device_uuids
+    # the same limits as env, for a library that finds no region at its fixed path (a
+    # containerRegionDir other than shim.AGENT_REGION's directory); the region wins otherwise
+    envs = {
+        "NVIDIA_VISIBLE_DEVICES": "void" if layout.cdi else ",".join(uuids),
+        "GPUSLICE_DEVICE_UUIDS": ",".join(uuids),
+        "CUDA_DEVICE_SM_LIMIT": str(region.sm_limit),
+        "GPUSLICE_COMPUTE_MODE": region.compute_mode,
+        "CUDA_TASK_PRIORITY": str(region.priority),
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE": f"{layout.region_container_dir}/{REGION_FILE}",
+    }
+    envs.update({f"CUDA_DEVICE_MEMORY_LIMIT_{i}": f"{limit >> 20}m"
+                 for i, limit in enumerate(region.limits)})
+    mounts = (
+        Mount(layout.library_container, layout.library_host, True),
+        Mount("/etc/ld.so.preload", layout.preload_host, True),
+        Mount(layout.region_container_dir, region_dir, False),
+        Mount(AGENT_BOARD, layout.board_host, False),  # written by all tenants: docs/compute.md
+    )
+    return envs, mounts
