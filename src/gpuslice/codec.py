@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gpuslice import model
+from gpuslice import mig, model
 from gpuslice.errors import CodecError
 
 __all__ = [
@@ -51,6 +51,33 @@ class _Header(msgspec.Struct):
     version: int
 
 
+_Slot = Annotated[int, msgspec.Meta(ge=0, le=mig.MEMORY_SLICES - 1)]
+_Span = Annotated[int, msgspec.Meta(ge=1, le=mig.MEMORY_SLICES)]
+
+
+class _Profile(msgspec.Struct, kw_only=True):
+    name: _Name
+    compute: Annotated[int, msgspec.Meta(ge=1, le=mig.COMPUTE_SLICES)]
+    memory_mib: _Positive = msgspec.field(name="memoryMiB")
+    size: _Span
+    starts: Annotated[tuple[_Slot, ...], msgspec.Meta(min_length=1)]
+
+
+class _Instance(msgspec.Struct, kw_only=True):
+    profile: _Name
+    start: _Slot
+    size: _Span
+    uuid: str = ""
+
+
+class _Mig(msgspec.Struct, kw_only=True):
+    profiles: tuple[_Profile, ...]
+    instances: tuple[_Instance, ...] = ()
+    # derived from the two above, for people and tools reading the node; decode ignores it
+    free_placements: dict[str, tuple[int, ...]] = msgspec.field(name="freePlacements",
+                                                                default_factory=dict)
+
+
 class _GPU(msgspec.Struct, kw_only=True):
     uuid: _Name
     model: str
@@ -61,6 +88,9 @@ class _GPU(msgspec.Struct, kw_only=True):
     nvlink_peers: tuple[_Name, ...] = msgspec.field(name="nvlinkPeers", default=())
     healthy: bool = True
     split_count: _Positive = msgspec.field(name="splitCount", default=10)
+    # both left out for a shim GPU (UNSET is not written): the wire of shim nodes is unchanged
+    mode: Literal["shim", "mig"] | msgspec.UnsetType = msgspec.UNSET
+    mig: _Mig | msgspec.UnsetType = msgspec.UNSET
 
 
 class _Inventory(msgspec.Struct, kw_only=True):
@@ -68,10 +98,16 @@ class _Inventory(msgspec.Struct, kw_only=True):
     gpus: tuple[_GPU, ...]
 
 
+class _MigSlice(msgspec.Struct, kw_only=True):
+    profile: _Name
+    start: _Slot
+
+
 class _Slice(msgspec.Struct, kw_only=True):
     uuid: _Name
     memory_mib: _Positive = msgspec.field(name="memoryMiB")
     cores: _Cores
+    mig: _MigSlice | msgspec.UnsetType = msgspec.UNSET  # left out for a library share
 
 
 class _Container(msgspec.Struct, kw_only=True):
@@ -173,9 +209,40 @@ def decode_inventory(text: str, *, node: str) -> model.NodeInventory:
     return model.NodeInventory(node=node, gpus=tuple(
         model.GPU(uuid=g.uuid, model=g.model, memory_mib=g.memory_mib, index=g.index,
                   sm_count=g.sm_count, numa_node=g.numa_node, nvlink_peers=g.nvlink_peers,
-                  healthy=g.healthy, split_count=g.split_count)
-        for g in wire.gpus
+                  healthy=g.healthy, split_count=g.split_count,
+                  mig=_mig_gpu(f"$.gpus[{i}]", g))
+        for i, g in enumerate(wire.gpus)
     ))
+
+
+def _mig_gpu(at: str, g: _GPU) -> mig.MigGPU | None:
+    """The MIG block of one inventory GPU, checked against its `mode`."""
+    mode = "shim" if g.mode is msgspec.UNSET else g.mode
+    if (mode == "mig") != (g.mig is not msgspec.UNSET):
+        raise _error(INVENTORY_ANNOTATION, f"{at}.mig",
+                     f"mode {mode} {'needs' if mode == 'mig' else 'takes no'} mig block")
+    if g.mig is msgspec.UNSET:
+        return None
+    out = mig.MigGPU(
+        profiles=tuple(mig.Profile(name=p.name, compute=p.compute, memory_mib=p.memory_mib,
+                                   size=p.size, starts=p.starts) for p in g.mig.profiles),
+        instances=tuple(mig.Instance(profile=i.profile, start=i.start, size=i.size, uuid=i.uuid)
+                        for i in g.mig.instances))
+    problem = mig.check_gpu(out)
+    if problem is not None:
+        raise _error(INVENTORY_ANNOTATION, f"{at}.mig", problem)
+    return out
+
+
+def _mig_wire(m: mig.MigGPU | None) -> _Mig | msgspec.UnsetType:
+    if m is None:
+        return msgspec.UNSET
+    return _Mig(profiles=tuple(_Profile(name=p.name, compute=p.compute, memory_mib=p.memory_mib,
+                                        size=p.size, starts=tuple(p.starts))
+                               for p in m.profiles),
+                instances=tuple(_Instance(profile=i.profile, start=i.start, size=i.size,
+                                          uuid=i.uuid) for i in m.instances),
+                free_placements={k: tuple(v) for k, v in m.free_placements().items()})
 
 
 def encode_inventory(inv: model.NodeInventory) -> str:
@@ -183,7 +250,8 @@ def encode_inventory(inv: model.NodeInventory) -> str:
     wire = _Inventory(version=VERSION, gpus=tuple(
         _GPU(uuid=g.uuid, model=g.model, memory_mib=g.memory_mib, index=g.index,
              sm_count=g.sm_count, numa_node=g.numa_node, nvlink_peers=tuple(g.nvlink_peers),
-             healthy=g.healthy, split_count=g.split_count)
+             healthy=g.healthy, split_count=g.split_count,
+             mode=msgspec.UNSET if g.mig is None else "mig", mig=_mig_wire(g.mig))
         for g in inv.gpus
     ))
     return _checked(INVENTORY_ANNOTATION, wire, lambda t: decode_inventory(t, node=inv.node))
@@ -201,7 +269,9 @@ def decode_assignment(text: str) -> model.PodAssignment:
                 "a second slice of GPU")
     return model.PodAssignment(node=wire.node, containers=tuple(
         model.ContainerAssignment(container=c.name, kind=c.kind, slices=tuple(
-            model.GPUSlice(uuid=s.uuid, memory_mib=s.memory_mib, cores=s.cores)
+            model.GPUSlice(uuid=s.uuid, memory_mib=s.memory_mib, cores=s.cores,
+                           mig=None if s.mig is msgspec.UNSET else
+                           mig.MigSlice(profile=s.mig.profile, start=s.mig.start))
             for s in c.slices))
         for c in wire.containers
     ))
@@ -211,7 +281,10 @@ def encode_assignment(a: model.PodAssignment) -> str:
     """The gpuslice.io/assignment annotation value for a pod."""
     wire = _Assignment(version=VERSION, node=a.node, containers=tuple(
         _Container(name=c.container, kind=c.kind, slices=tuple(
-            _Slice(uuid=s.uuid, memory_mib=s.memory_mib, cores=s.cores) for s in c.slices))
+            _Slice(uuid=s.uuid, memory_mib=s.memory_mib, cores=s.cores,
+                   mig=msgspec.UNSET if s.mig is None else _MigSlice(profile=s.mig.profile,
+                                                            start=s.mig.start))
+            for s in c.slices))
         for c in a.containers
     ))
     return _checked(ASSIGNMENT_ANNOTATION, wire, decode_assignment)

@@ -1,7 +1,8 @@
 """Every accepted way to ask for a GPU slice (HAMi, Volcano, GPU Manager) -> one PodRequest.
 
 Owns: resource and annotation names of each dialect, their units and ranges, the defaults
-for missing dimensions, GPU filters and per-pod policy overrides (DESIGN §3).
+for missing dimensions, GPU filters, per-pod policy overrides (DESIGN §3) and the pod's GPU
+mode (`volcano.sh/vgpu-mode: mig` and its HAMi/gpuslice twins -> PodRequest.mig).
 Does not: decide placement (allocator/) or talk to the API (webhook/ calls parse_pod).
 Invariants: values come from resources.limits, else requests (both given must be equal);
 one dialect per container; slices in pod order, init containers first; every SliceRequest
@@ -64,8 +65,13 @@ USE_GPUUUID = "nvidia.com/use-gpuuuid"
 NOUSE_GPUUUID = "nvidia.com/nouse-gpuuuid"
 NODE_POLICY = ("gpuslice.io/node-policy", "hami.io/node-scheduler-policy")
 GPU_POLICY = ("gpuslice.io/gpu-policy", "hami.io/gpu-scheduler-policy")
+# Pod-level: MIG instances instead of shared slices (docs/mig.md). Volcano's key first, HAMi's
+# dynamic-MIG key, ours; any dialect's resources may go with it.
+GPU_MODE = ("volcano.sh/vgpu-mode", "nvidia.com/vgpu-mode", "gpuslice.io/gpu-mode")
+_MODES = {"mig": True, "hami-core": False, "shim": False}
 ANNOTATIONS: frozenset[str] = frozenset(
-    (USE_GPUTYPE, NOUSE_GPUTYPE, USE_GPUUUID, NOUSE_GPUUUID, *NODE_POLICY, *GPU_POLICY)
+    (USE_GPUTYPE, NOUSE_GPUTYPE, USE_GPUUUID, NOUSE_GPUUUID, *NODE_POLICY, *GPU_POLICY,
+     *GPU_MODE)
 )
 
 MAX_GPUS_PER_CONTAINER = 16
@@ -390,6 +396,27 @@ def _policy(ann: Mapping[str, Any], keys: tuple[str, str], allowed: tuple[str, .
     return next(iter(chosen.values()), None)
 
 
+def _mode(ann: Mapping[str, Any], p: _Problems) -> bool:
+    """True when the pod asks for MIG instances; every mode annotation given must agree."""
+    chosen: dict[str, bool] = {}
+    for key in GPU_MODE:
+        if key not in ann:
+            continue
+        raw = ann[key]
+        value = raw.strip().lower() if isinstance(raw, str) else raw
+        if value not in _MODES:
+            p.add("pod", f"annotation {key}", raw, "unknown GPU mode",
+                  "use mig (a MIG instance) or hami-core (a shared slice, the default)")
+        else:
+            chosen[key] = _MODES[value]
+    if len(set(chosen.values())) > 1:
+        first = next(iter(chosen))
+        other = next(k for k in chosen if chosen[k] != chosen[first])
+        p.add("pod", f"annotation {other}", ann[other], f"disagrees with {first}="
+              f"{ann[first]}", "give one mode annotation, or the same value in each")
+    return any(chosen.values())
+
+
 def _filter(ann: Mapping[str, Any], p: _Problems) -> model.GPUFilter:
     f = {k: _list_annotation(ann, k, p) for k in (USE_GPUTYPE, NOUSE_GPUTYPE, USE_GPUUUID,
                                                    NOUSE_GPUUUID)}
@@ -450,13 +477,14 @@ def parse_pod(pod: Mapping[str, Any], defaults: Defaults = _DEFAULTS) -> model.P
     request_filter = _filter(ann, p)
     node_policy = _policy(ann, NODE_POLICY, model.NODE_POLICIES, "node", p)
     gpu_policy = _policy(ann, GPU_POLICY, model.GPU_POLICIES, "GPU", p)
+    mig = _mode(ann, p)
     if p.lines:
         raise RequestError(p.lines)
     name = meta.get("name") or meta.get("generateName") or ""
     return model.PodRequest(
         namespace=str(meta.get("namespace") or "default"), name=str(name),
         uid=str(meta.get("uid") or ""), slices=tuple(slices), filter=request_filter,
-        node_policy=node_policy, gpu_policy=gpu_policy,
+        node_policy=node_policy, gpu_policy=gpu_policy, mig=mig,
     )
 
 

@@ -14,6 +14,8 @@ import enum
 
 import msgspec
 
+from gpuslice.mig import MigGPU, MigSlice
+
 __all__ = [
     "EXCLUSIVE_CORES",
     "GPU",
@@ -67,6 +69,11 @@ class GPU(msgspec.Struct, frozen=True, kw_only=True):
     nvlink_peers: tuple[str, ...] = ()  # UUIDs reachable over NVLink
     healthy: bool = True
     split_count: int = 10  # most slices that may share this GPU at once
+    mig: MigGPU | None = None  # None: shared through the library (shim); else MIG mode
+
+    @property
+    def mode(self) -> str:
+        return "shim" if self.mig is None else "mig"
 
 
 class NodeInventory(msgspec.Struct, frozen=True, kw_only=True):
@@ -122,6 +129,7 @@ class PodRequest(msgspec.Struct, frozen=True, kw_only=True):
     filter: GPUFilter = GPUFilter()
     node_policy: str | None = None  # per-pod override of the node policy (by registry name)
     gpu_policy: str | None = None  # per-pod override of the GPU policy
+    mig: bool = False  # every slice wants a MIG instance (docs/mig.md), not a library share
 
     @property
     def key(self) -> str:
@@ -134,6 +142,7 @@ class GPUSlice(msgspec.Struct, frozen=True, kw_only=True):
     uuid: str
     memory_mib: int
     cores: int
+    mig: MigSlice | None = None  # a MIG instance of the GPU (memory_mib is the profile's)
 
 
 class ContainerAssignment(msgspec.Struct, frozen=True, kw_only=True):

@@ -32,9 +32,14 @@ NO_SET = "no GPU set fits all containers"
 SEARCH_CUT = "GPU set search cut short"
 """Each container fits alone, and the bounded search (search.MAX_SEARCH GPU sets) found no set
 for all of them together before its budget ran out: a placement may exist beyond it."""
+NO_MIG = "node is not in MIG mode"  # a MIG pod (docs/mig.md) on a node of shared slices
+MIG_NODE = "node is in MIG mode"  # a shared-slice pod on a MIG node
+NO_PROFILE = "no MIG profile holds the request"
+NO_PLACEMENT = "no free MIG placement"
 REASONS = (NO_INVENTORY, TOO_FEW, NO_HEALTHY, TYPE, UUID, HELD, SLOT, MEMORY, CORES, NO_SET,
-           SEARCH_CUT)
-UNRESOLVABLE = frozenset({NO_INVENTORY, TOO_FEW, NO_HEALTHY, TYPE, UUID})
+           SEARCH_CUT, NO_MIG, MIG_NODE, NO_PROFILE, NO_PLACEMENT)
+UNRESOLVABLE = frozenset({NO_INVENTORY, TOO_FEW, NO_HEALTHY, TYPE, UUID, NO_MIG, MIG_NODE,
+                          NO_PROFILE})
 """Reasons preemption cannot cure (the extender's failedAndUnresolvableNodes)."""
 RESOLVABLE = {r: r not in UNRESOLVABLE for r in REASONS}
 

@@ -12,6 +12,8 @@ prepared pods (fit.prepare, pure) are reused per shape, at most _PREPARED kept; 
 shape and only the nodes changed since are decided again (reuse.py).
 Failure: `assign` raises AllocationError listing every problem and leaves the state as it was.
 Health is not checked on assign (a GPU may turn unhealthy under running pods).
+MIG nodes (any GPU with a `mig` block) live in `mig.MigNodes` instead: a MIG pod is placed
+only there, a shared-slice pod never there; each side refuses the other's nodes by reason.
 Tests: tests/unit/allocator/test_state.py, test_fit_properties.py, test_search_properties.py,
 test_reuse_properties.py
 """
@@ -22,7 +24,9 @@ from collections.abc import Iterable, Iterator
 
 from gpuslice.allocator import fit, score, search
 from gpuslice.allocator.fit import FilterResult, Placement
+from gpuslice.allocator.mig import MigNodes, cores_of, is_mig_node
 from gpuslice.allocator.policies import Policy
+from gpuslice.allocator.reasons import MIG_NODE, NO_MIG, RESOLVABLE, Rejection, no_inventory
 from gpuslice.allocator.reuse import Reuse, shape_of
 from gpuslice.allocator.usage import (
     AllocationError,
@@ -54,6 +58,7 @@ class ClusterState:
         self._names: list[str] | None = []
         self._table: NodeTable | None = None
         self._prepared: dict[tuple[PodRequest, Policy, int], fit._Ctx] = {}
+        self._mig = MigNodes()
 
     # -- nodes ---------------------------------------------------------------------------
     def add_node(self, inv: NodeInventory) -> list[str]:
@@ -65,6 +70,10 @@ class ClusterState:
             dup = sorted({u for u in uuids if uuids.count(u) > 1})
             raise AllocationError(f"node {inv.node!r}: GPU UUIDs {dup} listed twice; each GPU "
                                   "must appear once in the inventory")
+        if is_mig_node(inv):  # a node switched modes drops the other side's pods
+            dropped = self._remove_shared(inv.node) if inv.node in self._inv else []
+            return sorted(dropped + self._mig.add_node(inv))
+        lost = self._mig.remove_node(inv.node) if inv.node in self._mig else []
         keep = set(uuids)
         dropped = sorted(k for k in self._node_pods.get(inv.node, ())
                          if not keep.issuperset(self._fp[k]))
@@ -76,10 +85,15 @@ class ClusterState:
         pods = self._node_pods.setdefault(inv.node, set())
         self._use[inv.node] = sum_use(inv.gpus, (self._fp[k] for k in sorted(pods)))
         self._rebuild(inv.node)
-        return dropped
+        return sorted(dropped + lost)
 
     def remove_node(self, name: str) -> list[str]:
         """Forget a node and the pods on it; returns their keys, sorted."""
+        if name in self._mig:
+            return self._mig.remove_node(name)
+        return self._remove_shared(name)
+
+    def _remove_shared(self, name: str) -> list[str]:
         dropped = sorted(self._node_pods.pop(name, ()))
         for k in dropped:
             del self._pods[k], self._fp[k]
@@ -92,9 +106,16 @@ class ClusterState:
         return dropped
 
     def nodes(self) -> list[str]:
+        """Every node, shared-slice and MIG, sorted."""
         if self._names is None:
             self._names = sorted(self._inv)
-        return list(self._names)
+        return sorted(self._names + self._mig.names()) if self._mig.names() else \
+            list(self._names)
+
+    def inventory(self, name: str) -> NodeInventory | None:
+        if name in self._mig:
+            return self._mig.inventory(name)
+        return self._inv.get(name)
 
     def snapshot(self, name: str) -> NodeSnapshot:
         """The node's current immutable snapshot (KeyError if unknown)."""
@@ -111,6 +132,34 @@ class ClusterState:
     def filter(self, pod: PodRequest, policy: Policy,
                nodes: Iterable[str] | None = None) -> FilterResult:
         """Every node (None) or the named ones: fits with placements, the others with reasons."""
+        if pod.mig:
+            return self._filter_mig(pod, nodes)
+        fr = self._filter_shared(pod, policy, nodes)
+        migs = self._mig.names() if nodes is None else [n for n in nodes if n in self._mig]
+        if not migs:
+            return fr
+        failed = dict(fr.failed)
+        for n in migs:
+            failed[n] = Rejection(MIG_NODE, RESOLVABLE[MIG_NODE],
+                                  f"node {n} gives MIG instances only; this pod asks for a "
+                                  "shared slice (annotate it volcano.sh/vgpu-mode: mig, or let "
+                                  "it run on a shared-slice node)")
+        return FilterResult(dict(fr.fits), failed, fr.scores)
+
+    def _filter_mig(self, pod: PodRequest, nodes: Iterable[str] | None) -> FilterResult:
+        names = self.nodes() if nodes is None else list(nodes)
+        fits, failed = self._mig.filter(pod, names)
+        for n in names:
+            if n in self._inv:
+                failed[n] = Rejection(NO_MIG, RESOLVABLE[NO_MIG],
+                                      f"node {n} gives shared slices only; this pod asks for a "
+                                      "MIG instance (vgpu-mode: mig)")
+            elif n not in fits and n not in failed:
+                failed[n] = no_inventory(n)
+        return FilterResult(dict(fits), failed)  # type: ignore[arg-type]
+
+    def _filter_shared(self, pod: PodRequest, policy: Policy,
+                       nodes: Iterable[str] | None) -> FilterResult:
         key = (shape_of(pod), policy, search.MAX_SEARCH)  # the budget decides too (tests vary it)
         ctx = self._prepared.get(key)
         if ctx is None:  # a pod is often filtered again (retries, filter then prioritize)
@@ -144,6 +193,9 @@ class ClusterState:
     def assign(self, pod_key: str, assignment: PodAssignment) -> None:
         """Commit an assignment (replacing any earlier one for `pod_key`), all or nothing."""
         name = assignment.node
+        if name in self._mig:
+            self._mig.assign(pod_key, assignment)
+            return
         inv = self._inv.get(name)
         if inv is None:
             raise AllocationError(f"pod {pod_key}: node {name!r} is not in the GPU inventory; "
@@ -182,6 +234,8 @@ class ClusterState:
         self._apply(name, fp, 1)
 
     def release(self, pod_key: str) -> bool:
+        if self._mig.release(pod_key):
+            return True
         if pod_key not in self._pods:
             return False
         self._forget(pod_key)
@@ -206,9 +260,22 @@ class ClusterState:
     def gpu_usage(self) -> Iterator[GPUUsage]:
         """Every GPU of every node (sorted by node, then inventory order) with its usage."""
         for name in self.nodes():
+            if name in self._mig:
+                yield from self._mig_usage(name)
+                continue
             for g, u in zip(self._inv[name].gpus, self._use[name], strict=True):
                 yield GPUUsage(node=name, gpu=g, memory_used_mib=u.mem, cores_used=u.cores,
                                slices=u.slots, exclusive=u.excl > 0)
 
+    def _mig_usage(self, name: str) -> Iterator[GPUUsage]:
+        held = self._mig.usage(name)
+        for g in self._mig.inventory(name).gpus:
+            ps = [p for p in (g.mig.profile(s.profile) if g.mig else None
+                              for s in held.get(g.uuid, ())) if p is not None]
+            yield GPUUsage(node=name, gpu=g, memory_used_mib=sum(p.memory_mib for p in ps),
+                           cores_used=sum(cores_of(p) for p in ps), slices=len(ps),
+                           exclusive=any(cores_of(p) >= EXCLUSIVE_CORES for p in ps))
+
     def pods(self) -> dict[str, PodAssignment]:
-        return {k: self._pods[k] for k in sorted(self._pods)}
+        both = {**self._pods, **self._mig.pods()}
+        return {k: both[k] for k in sorted(both)}

@@ -299,8 +299,7 @@ class ExtenderState:
     def inventory(self, node: str) -> NodeInventory | None:
         if node not in self._inv_text:
             return None
-        snap = self.cluster.snapshot(node)
-        return NodeInventory(node=node, gpus=snap.gpus)
+        return self.cluster.inventory(node)
 
     def uid(self, key: str) -> str:
         """The UID of the pod last observed under `key` ("" if none)."""
