@@ -27,7 +27,7 @@ from gpuslice.scheduler.bind import Binder
 from gpuslice.scheduler.filter import Evaluator, Verdict, filter_reply, unfit_message
 from gpuslice.scheduler.metrics import Metrics
 from gpuslice.scheduler.preempt import preempt_reply
-from gpuslice.scheduler.prioritize import prioritize_reply
+from gpuslice.scheduler.prioritize import best_node, has_own_preferences, prioritize_reply
 
 __all__ = ["NOT_LEADER", "make_app"]
 
@@ -52,9 +52,11 @@ def _json(obj: object) -> web.Response:
 
 def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable[[], str | None],
              is_leader: Callable[[], bool], recorder: EventRecorder | None = None,
-             starting: Callable[[], str | None] = lambda: None) -> web.Application:
+             starting: Callable[[], str | None] = lambda: None,
+             choose_node: bool = False) -> web.Application:
     """`starting()` says why the cache cannot answer yet (None once synced): until then every
-    verb answers an error, which kube-scheduler retries, never a wrong "no GPU inventory"."""
+    verb answers an error, which kube-scheduler retries, never a wrong "no GPU inventory".
+    `choose_node`: filter answers only the best fitting node (chooseNodeInFilter)."""
 
     async def evaluate(request: web.Request, *, as_filtered: bool = False
                        ) -> tuple[wire.ExtenderArgs, Verdict, list[str]]:
@@ -91,6 +93,12 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
                                                           metadata=args.Nodes.metadata),
                                       FailedNodes=reply.FailedNodes,
                                       FailedAndUnresolvableNodes=reply.FailedAndUnresolvableNodes)
+        elif choose_node and len(reply.NodeNames or ()) > 1 \
+                and not has_own_preferences(args.Pod):  # one node: kube-scheduler scores none
+            reply = wire.FilterResult(
+                NodeNames=[best_node(ev, verdict, reply.NodeNames)],  # type: ignore[arg-type]
+                FailedNodes=reply.FailedNodes,
+                FailedAndUnresolvableNodes=reply.FailedAndUnresolvableNodes)
         elif not reply.NodeNames and names:  # (full Nodes come from simulations: no event)
             top = Counter(verdict.refusal(n).reason for n in names).most_common(1)[0][0]
             metrics.refused.labels("waiting for an in-flight pod"

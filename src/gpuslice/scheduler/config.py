@@ -60,6 +60,11 @@ class SchedulerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, 
     defaults: DefaultsConfig = msgspec.field(default_factory=DefaultsConfig)
     in_flight_timeout_seconds: _Seconds = msgspec.field(default=30.0,
                                                         name="inFlightTimeoutSeconds")
+    # the filter answers only the node the policy scores best, so kube-scheduler skips its own
+    # scoring and the prioritize call (a third of the extender's work per pod); pods with
+    # scheduling preferences of their own (preferred affinity, ScheduleAnyway spread) are
+    # always scored by kube-scheduler with every fitting node
+    choose_node_in_filter: bool = msgspec.field(default=True, name="chooseNodeInFilter")
     bind_attempts: Annotated[int, msgspec.Meta(ge=1, le=10)] = msgspec.field(
         default=3, name="bindAttempts")
     api_timeout_seconds: _Seconds = msgspec.field(default=5.0, name="apiTimeoutSeconds")

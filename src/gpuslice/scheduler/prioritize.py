@@ -1,7 +1,9 @@
 """The `prioritize` verb: a 0..10 score per offered node from the placement policy.
 
 Owns: the prioritize reply (every offered node once, in request order; 0 where the pod does not
-fit, which the filter has already refused).
+fit, which the filter has already refused); `best_node`, the same scores' choice, which the
+filter answers alone (chooseNodeInFilter) for pods without scheduling preferences of their own
+(`has_own_preferences`): kube-scheduler then neither scores nor calls prioritize.
 Does not: decide fit (filter.py's Evaluator, whose result for the same pod version is reused
 for up to 2 s, even when other pods were placed in between: the scores are what the filter saw,
 and bind checks the chosen node again) or choose GPUs (bind.py).
@@ -13,15 +15,17 @@ Tests: tests/unit/scheduler/test_filter.py, test_app.py, test_kept_answers_prope
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import repeat
+from typing import Any
 
 from gpuslice.scheduler import wire
 from gpuslice.scheduler.filter import Evaluator, Verdict
 
-__all__ = ["prioritize_reply"]
+__all__ = ["best_node", "has_own_preferences", "prioritize_reply"]
 
 
-def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str]) -> list[wire.HostPriority]:
+def _scores(ev: Evaluator, v: Verdict, names: list[str]) -> Mapping[str, int]:
     scores = v.scores() if v.scores is not None else None  # kept with the filter's result
     if scores is None:
         fits = v.fits
@@ -32,4 +36,28 @@ def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str]) -> list[wire.H
         scores = dict(scores)
         for n in v.dropped:
             scores.pop(n, None)
+    return scores
+
+
+def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str]) -> list[wire.HostPriority]:
+    scores = _scores(ev, v, names)
     return list(map(wire.HostPriority, names, map(scores.get, names, repeat(0))))
+
+
+def best_node(ev: Evaluator, v: Verdict, fitting: list[str]) -> str:
+    """The fitting node prioritize would score highest; the first in `fitting` among equals
+    (kube-scheduler offers nodes from a rotating start, so equals are not always the same)."""
+    scores = _scores(ev, v, fitting)
+    return max(fitting, key=lambda n: scores.get(n, 0))
+
+
+def has_own_preferences(pod: Mapping[str, Any]) -> bool:
+    """Whether kube-scheduler's scoring has something of the pod's own to weigh: preferred node
+    or pod (anti-)affinity, or a topology spread constraint it may break (ScheduleAnyway)."""
+    spec = pod.get("spec") or {}
+    affinity = spec.get("affinity") or {}
+    if any((affinity.get(kind) or {}).get("preferredDuringSchedulingIgnoredDuringExecution")
+           for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity")):
+        return True
+    return any(c.get("whenUnsatisfiable") == "ScheduleAnyway"
+               for c in spec.get("topologySpreadConstraints") or ())

@@ -99,7 +99,8 @@ class Extender:
     def app(self) -> web.Application:
         return routes.make_app(self.evaluator, self.binder, self.metrics, ready=self.starting,
                                is_leader=self.is_leader, recorder=self.recorder,
-                               starting=self.starting)
+                               starting=self.starting,
+                               choose_node=self.cfg.choose_node_in_filter)
 
     # -- life cycle --------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:

@@ -137,3 +137,62 @@ async def test_preempt_answers_in_the_go_shape(http):
     assert reply == {"NodeNameToMetaVictims": {"node-a": {"Pods": [{"UID": "uid-held"}],
                                                           "NumPDBViolations": 0}}}
     assert (await http.post("/preempt", data=b"[]")).status == 400
+
+
+@pytest.fixture
+async def choosing() -> AsyncIterator[TestClient]:
+    """Three nodes, node-b the fullest (binpack's choice); the filter chooses the node."""
+    state = ExtenderState(timeout_s=30, clock=Clock())
+    for name in ("node-a", "node-b", "node-c"):
+        state.on_node("ADDED", node(name))
+    state.on_pod("ADDED", assigned(pod("held", mem=8192), "node-b", ["GPU-node-b-0"],
+                                   allocated="main"))
+    app = make_app(Evaluator(state, parse_policy("binpack")), _NoBinder(),  # type: ignore[arg-type]
+                   Metrics(state), ready=lambda: None, is_leader=lambda: False,
+                   choose_node=True)
+    async with TestClient(TestServer(app)) as client:
+        yield client
+
+
+async def test_the_filter_answers_only_the_node_prioritize_would_score_best(choosing):
+    names = ["node-a", "node-b", "node-c"]
+    reply = await post(choosing, "filter", {"Pod": pod("p"), "NodeNames": names})
+    assert reply["NodeNames"] == ["node-b"], "one node: kube-scheduler neither scores nor asks"
+    scores = await post(choosing, "prioritize", {"Pod": pod("p"), "NodeNames": names})
+    assert max(scores, key=lambda h: h["Score"])["Host"] == "node-b", "the same choice"
+    assert reply["FailedNodes"] == {} and reply["FailedAndUnresolvableNodes"] == {}, \
+        "the nodes left out are not refused: nothing for preemption to cure"
+
+
+async def test_refused_nodes_keep_their_reasons_when_the_filter_chooses(choosing):
+    reply = await post(choosing, "filter", {"Pod": pod("p", mem=16384),
+                                            "NodeNames": ["node-a", "node-b", "node-c"]})
+    assert reply["NodeNames"] == ["node-b"], "binpack: the fuller node, on its free GPU"
+    reply = await post(choosing, "filter", {"Pod": pod("q", mem=16384, gpus=2),
+                                            "NodeNames": ["node-a", "node-b", "node-c"]})
+    assert reply["NodeNames"] == ["node-a"], "the first of equals, in the order offered"
+    assert list(reply["FailedNodes"]) == ["node-b"], "a refusal is still reported"
+
+
+@pytest.mark.parametrize("spec", [
+    {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [
+            {"key": "zone", "operator": "In", "values": ["a"]}]}}]}}},
+    {"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}}},
+    {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
+                                    "whenUnsatisfiable": "ScheduleAnyway"}]},
+])
+async def test_a_pod_with_preferences_of_its_own_is_scored_by_kube_scheduler(choosing, spec):
+    p = pod("p")
+    p["spec"].update(spec)
+    names = ["node-a", "node-b", "node-c"]
+    assert (await post(choosing, "filter", {"Pod": p, "NodeNames": names}))["NodeNames"] == names
+
+
+async def test_hard_constraints_are_no_preference(choosing):
+    p = pod("p")
+    p["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "zone",
+                                               "whenUnsatisfiable": "DoNotSchedule"}]
+    reply = await post(choosing, "filter", {"Pod": p, "NodeNames": ["node-a", "node-b"]})
+    assert reply["NodeNames"] == ["node-b"], "kube-scheduler applied them before the extender"
