@@ -13,6 +13,13 @@ Why the rule is sound: the kubelet admits one pod at a time and allocates its co
 order, so a pod already in progress owns the next calls, and among pods not started the
 first device request tells them apart; pods with equal first requests must be
 interchangeable (same shape), so a swap between them gives each exactly what it asked for.
+Expiry: the extender stops waiting for a flight after `timeout_s`, but a kubelet that was
+restarted or cut off may admit that pod later, after a confusable pod was bound beside it. So
+the agent keeps every pod the kubelet has not admitted (`admitted`) among the claimants of a
+call, however old its bind, and answers only when all claimants are interchangeable
+(`claimants`, `confused`); a pod on the node that asks for the resource without an
+assignment gpuslice wrote is a claimant it cannot answer for. Otherwise it refuses: a
+refused pod fails admission and is created again, it never runs with another pod's slice.
 Owns: device-resource names and quantities, the in-flight rule and the Allocate matching.
 Does not: read or write the API (scheduler/, node/), or choose GPUs (allocator/).
 Tests: tests/unit/test_handoff.py
@@ -38,12 +45,16 @@ __all__ = [
     "REPLICAS_PER_GPU",
     "DeviceRequest",
     "Flight",
+    "admitted",
     "blocking_flight",
+    "claimants",
+    "confused",
     "device_requests",
     "flight_of",
     "format_time",
     "match_allocate",
     "missing_device_resources",
+    "named_quantity",
     "parse_time",
     "request_shape",
 ]
@@ -136,7 +147,8 @@ def _containers(pod: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any
     return out
 
 
-def _named_quantity(c: Mapping[str, Any], resource: str) -> object:
+def named_quantity(c: Mapping[str, Any], resource: str) -> object:
+    """The quantity container `c` names for `resource` (limits, else requests), or None."""
     resources = c.get("resources")
     if not isinstance(resources, Mapping):
         return None
@@ -183,7 +195,7 @@ def _requests_with_place(pod: Mapping[str, Any], defaults: dialects.Defaults | N
                 f'container "{req.container}": {resource}={quantity}: GPU Manager hands out GPUs '
                 f"through {resource}; give 1-99 for a share of one GPU or 100 per whole GPU")
             continue
-        named = _named_quantity(c, resource) is not None
+        named = named_quantity(c, resource) is not None
         out.append((key, i, DeviceRequest(container=req.container, kind=req.kind,
                                           resource=resource, quantity=quantity), named))
     if problems:
@@ -279,14 +291,40 @@ def blocking_flight(requests: tuple[DeviceRequest, ...], shape: tuple[Any, ...],
     return None
 
 
+def admitted(pod: Mapping[str, Any]) -> bool:
+    """The kubelet has admitted the pod, or never will: it wrote container statuses or a phase
+    past Pending (it writes neither before admission; a refused pod becomes Failed). No
+    Allocate call can be for such a pod any more."""
+    status = pod.get("status")
+    if not isinstance(status, Mapping):
+        return False
+    if status.get("phase") not in (None, "", "Pending"):
+        return True
+    return any(status.get(k) for k in ("containerStatuses", "initContainerStatuses"))
+
+
+def claimants(flights: Iterable[Flight], resource: str, quantity: int) -> list[Flight]:
+    """Every in-flight pod an Allocate(resource, quantity) on this node could be for, the one
+    to answer first: pods in progress whose next container asks for exactly that (the kubelet
+    is admitting one of them), or where none is, pods not started whose first container does,
+    oldest first. Empty when no pod matches."""
+    fits = [f for f in flights if f.pending and f.pending[0].resource == resource
+            and f.pending[0].quantity == quantity]
+    started = [f for f in fits if f.started]
+    return sorted(started or fits, key=lambda f: f.order)
+
+
+def confused(found: list[Flight]) -> list[Flight]:
+    """Claimants (from `claimants`) that an answer from the first would give a slice other
+    than their own: those not interchangeable with it (another shape)."""
+    return [f for f in found[1:] if f.shape != found[0].shape]
+
+
 def match_allocate(flights: Iterable[Flight], resource: str,
                    quantity: int) -> tuple[Flight, DeviceRequest] | None:
     """Which pod and container an Allocate(resource, quantity) on this node is for: a pod in
     progress whose next container asks for exactly that, else the oldest pod not started whose
-    first container does; None when no in-flight pod matches."""
-    candidates = sorted(flights, key=lambda f: (not f.started, f.order))
-    for f in candidates:
-        nxt = f.pending[0] if f.pending else None
-        if nxt is not None and nxt.resource == resource and nxt.quantity == quantity:
-            return f, nxt
-    return None
+    first container does; None when no in-flight pod matches. The caller refuses where
+    `confused` finds claimants of another shape."""
+    found = claimants(flights, resource, quantity)
+    return (found[0], found[0].pending[0]) if found else None

@@ -226,3 +226,71 @@ def test_the_adversarial_check_can_fail_without_the_rule():
         chosen, _ = handoff.match_allocate(live.values(), "nvidia.com/gpu", 1)
         confused |= chosen.key != actual.key and chosen.shape != actual.shape
     assert confused
+
+
+# Expiry (issue 20, item 3): the extender stops waiting for a flight after the timeout, so pods
+# confusable with an expired one may be bound beside it, and the kubelet may still admit it
+# later. The agent keeps it among the claimants and refuses where `confused` finds another
+# shape: in ANY kubelet order, each call is refused or answered from the pod's own shape.
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_SHAPES, st.booleans()), min_size=1, max_size=5),
+       st.randoms(use_true_random=False))
+def test_expired_flights_never_hand_a_slice_to_the_wrong_pod(pods, rnd):
+    flights: list[handoff.Flight] = []
+    waited: list[handoff.Flight] = []  # what the extender still waits for
+    for n, (shape, expires) in enumerate(pods):
+        if len({m for _, m in shape}) != 1:
+            continue
+        cs = [hami(f"c{i}", gpus=g, mem=m) for i, (g, m) in enumerate(shape)]
+        f = handoff.flight_of(bound(pod(f"p{n}", cs), "n1", NOW - 10 + n, mem=shape[0][1]),
+                              NOW, 60)
+        assert f is not None
+        if handoff.blocking_flight(f.requests, f.shape, waited, key=f.key) is None:
+            flights.append(f)
+            waited.append(f)
+        if expires:  # the kubelet is cut off: the extender stops waiting for every pod so far
+            waited.clear()
+    order = list(flights)
+    rnd.shuffle(order)
+    live = {f.key: f for f in flights}
+    for actual in order:
+        for req in actual.requests:
+            found = handoff.claimants(live.values(), req.resource, req.quantity)
+            assert found, "every container the kubelet admits has a claimant"
+            if handoff.confused(found):
+                live.pop(actual.key, None)  # refused: the kubelet fails the pod
+                break
+            chosen = found[0]
+            assert chosen.key == actual.key or chosen.shape == actual.shape, (
+                f"{actual.key} was served {chosen.key}'s assignment, which differs")
+            done = (*chosen.allocated, chosen.pending[0].container)
+            live[chosen.key] = msgspec.structs.replace(chosen, allocated=done)
+            if not live[chosen.key].pending:
+                del live[chosen.key]
+
+
+def test_an_expired_flight_beside_a_confusable_one_is_refused_not_matched():
+    late = flight("late", NOW - 50, mem=1024)  # (flight_of with any window: the agent's view)
+    newer = flight("newer", NOW - 1, mem=2048)
+    assert handoff.blocking_flight(newer.requests, newer.shape, [], key="newer") is None, \
+        "the extender no longer waits for `late`"
+    found = handoff.claimants([newer, late], "nvidia.com/gpu", 1)
+    assert found == [late, newer] and handoff.confused(found) == [newer]
+    twin = flight("twin", NOW - 1, mem=1024)
+    assert handoff.confused(handoff.claimants([twin, late], "nvidia.com/gpu", 1)) == []
+
+
+@pytest.mark.parametrize(("status", "admitted"), [
+    (None, False),
+    ({"phase": "Pending"}, False),
+    ({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}, False),
+    ({"phase": "Pending", "containerStatuses": [{"name": "c"}]}, True),
+    ({"phase": "Pending", "initContainerStatuses": [{"name": "i"}]}, True),
+    ({"phase": "Running"}, True),
+    ({"phase": "Failed", "reason": "UnexpectedAdmissionError"}, True),
+])
+def test_a_pod_counts_as_admitted_once_the_kubelet_wrote_its_statuses(status, admitted):
+    p = pod("a", [hami("c")])
+    if status is not None:
+        p["status"] = status
+    assert handoff.admitted(p) is admitted

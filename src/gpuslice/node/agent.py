@@ -62,7 +62,10 @@ DRA_SWEEP_S = 60.0  # how often prepared claims are checked for deletion (dra/pl
 
 
 def _fully_allocated(pod: dict[str, Any]) -> bool:
-    """Every GPU container of the pod has had its Allocate answered."""
+    """A managed pod (the store holds every pod of the node) every GPU container of which has
+    had its Allocate answered."""
+    if (pod["metadata"].get("labels") or {}).get(handoff.MANAGED_LABEL) != "true":
+        return False
     done = str((pod["metadata"].get("annotations") or {}).get(handoff.ALLOCATED, "")).split(",")
     try:
         requests = handoff.device_requests(pod)
@@ -164,33 +167,55 @@ class Agent:
     def gpus(self) -> tuple[model.GPU, ...]:
         return self.inventory.gpus
 
-    def _views(self) -> tuple[list[alloc.InFlight], dict[str, model.PodAssignment]]:
+    def _views(self) -> tuple[list[alloc.InFlight], dict[str, model.PodAssignment],
+                              list[alloc.Stranger]]:
         return self._pod_views.views(self.cluster.pods(), time.time(),
                                      self.cfg.in_flight_timeout_seconds)
 
     def _answer(self, resource: str, device_ids: Sequence[str]) -> alloc.Answer:
-        flights, assigned = self._views()
+        flights, assigned, strangers = self._views()
         live = {f.flight.uid for f in flights}
         for key in [k for k in self._given if k[0] not in live]:  # done, gone or timed out
             del self._given[key]
         return alloc.answer(flights, assigned, {g.uuid: g for g in self.gpus()}, resource,
                             device_ids, self.layout,
                             given={uid: ids for (uid, r), ids in self._given.items()
-                                   if r == resource})
+                                   if r == resource}, strangers=strangers)
+
+    async def _proven_answer(self, resource: str, device_ids: Sequence[str]) -> alloc.Answer:
+        """The answer from a view that holds every pod the kubelet could be admitting: the
+        first call of a pod (or one refused) lists the node's pods again, since a pod the watch
+        has not delivered yet could be a claimant too (allocate.match); a pod in progress owns
+        the call. While the API server does not answer, the last view serves."""
+        try:
+            a = self._answer(resource, device_ids)
+        except alloc.AllocateError:
+            if not await self.cluster.refresh():  # the pod may be newer than the store
+                raise
+            return self._answer(resource, device_ids)
+        if not a.in_progress and await self.cluster.refresh():
+            a = self._answer(resource, device_ids)
+        return a
+
+    def _report_ambiguous(self, resource: str, exc: alloc.AmbiguousAllocate) -> None:
+        log.warning("AllocateAmbiguous: %s", exc, extra={"resource": resource})
+        for ns, name, uid in exc.pods:
+            ref = self._pod(uid) or {"apiVersion": "v1", "kind": "Pod",
+                                     "metadata": {"namespace": ns, "name": name, "uid": uid}}
+            self.cluster.warn(ref, "AllocateAmbiguous", str(exc))
 
     async def allocate(self, resource: str, device_ids: Sequence[str]) -> alloc.Answer:
         try:
-            try:
-                a = self._answer(resource, device_ids)
-            except alloc.AllocateError:
-                if not await self.cluster.refresh():  # the pod may be newer than the store
-                    raise
-                a = self._answer(resource, device_ids)
+            a = await self._proven_answer(resource, device_ids)
             how = regions.place(regions.prepare(self.regions_root, a.pod_uid, a.container) /
                                 edits.REGION_FILE, a.region)
             if how == "replaced":
                 log.warning("the container's region did not hold its assignment's limits; "
                             "replaced", extra={"pod": a.pod_key, "container": a.container})
+        except alloc.AmbiguousAllocate as exc:
+            self.metrics.allocations.labels(resource, "ambiguous").inc()
+            self._report_ambiguous(resource, exc)
+            raise
         except alloc.AllocateError:
             self.metrics.allocations.labels(resource, "refused").inc()
             raise
@@ -207,11 +232,11 @@ class Agent:
 
     async def preferred(self, resource: str, available: Sequence[str],
                         must_include: Sequence[str], size: int) -> list[str]:
-        flights = self._views()[0]
+        flights, _, strangers = self._views()
         if handoff.match_allocate([f.flight for f in flights], resource, size) is None and \
                 await self.cluster.refresh():  # the pod may be newer than the store
-            flights = self._views()[0]
-        return alloc.preferred(flights, resource, available, must_include, size)
+            flights, _, strangers = self._views()
+        return alloc.preferred(flights, resource, available, must_include, size, strangers)
 
     # ---- views for the exporter and watchdog
     def _assignments(self) -> dict[str, model.PodAssignment]:

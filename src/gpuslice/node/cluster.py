@@ -1,7 +1,8 @@
-"""The node agent's view of the API server: managed pods on this node, and writes that wait.
+"""The node agent's view of the API server: the pods on this node, and writes that wait.
 
-Owns: the pod store (pods with `spec.nodeName=<node>` and `gpuslice.io/managed=true`, kept by
-a kube.cache.Informer, listed again when an Allocate finds no pod and every `pod_resync_s`),
+Owns: the pod store (every pod with `spec.nodeName=<node>`, managed or not: a pod that skipped
+gpuslice may be what the kubelet admits (node/allocate.py, Stranger); kept by a
+kube.cache.Informer, listed again before a pod's first Allocate and every `pod_resync_s`),
 the record of containers answered but not yet in `gpuslice.io/allocated` (journalled to
 `<state-dir>/answered.json`, read back at start), and a queue of writes (allocated marks, the
 node's inventory annotation) flushed with back-off.
@@ -71,8 +72,8 @@ class Cluster:
         self._refresh_lock = asyncio.Lock()
         self.last_list = 0.0
         self.informer: Informer[dict[str, Any]] = Informer(
-            client, Pod, labels={handoff.MANAGED_LABEL: "true"},
-            fields={"spec.nodeName": node}, handler=self._on_change, name="pods on this node")
+            client, Pod, fields={"spec.nodeName": node}, handler=self._on_change,
+            name="pods on this node")
 
     # ---- reading
     def pods(self) -> list[dict[str, Any]]:
@@ -101,13 +102,12 @@ class Cluster:
             self._pods.pop(str(change.old["metadata"].get("uid", "")), None)
 
     async def refresh(self) -> bool:
-        """List this node's managed pods now; False (store kept) if the API does not answer."""
+        """List this node's pods now; False (store kept) if the API does not answer."""
         async with self._refresh_lock:
             try:
                 with errors.translate(f"list pods on node {self.node}"):
                     got = [dict(p) async for p in self.client.list(
-                        dict_view(Pod), namespace="*", fields={"spec.nodeName": self.node},
-                        labels={handoff.MANAGED_LABEL: "true"})]
+                        dict_view(Pod), namespace="*", fields={"spec.nodeName": self.node})]
             except errors.APIError as exc:
                 self._down(exc)
                 return False

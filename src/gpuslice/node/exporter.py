@@ -195,7 +195,8 @@ class AgentMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.allocations = Counter("gpuslice_allocations", "Allocate calls answered, by result "
-                                   "(ok, refused: no pod or failed check, error: a bug)",
+                                   "(ok, refused: no pod or failed check, ambiguous: could be "
+                                   "another pod's, error: a bug)",
                                    ["resource", "result"], registry=r)
         self.mismatches = Counter("gpuslice_allocate_mismatches",
                                   "Containers whose kubelet devices differ from their assignment "

@@ -13,6 +13,7 @@ from gpuslice.node.allocate import (
     assigned_pods,
     in_flight,
     preferred,
+    strangers,
 )
 from gpuslice.shim import RegionSpec
 from kubelet.pods import NODE, container, gpu, pod
@@ -64,7 +65,8 @@ def test_interleaved_pods_each_get_their_own_assignment():
     one = pod("one", [container("a", quantity=1, mem=1000)], {"a": [gpu(0)]}, at=NOW - 3)
     two = pod("two", [container("b", quantity=2, mem=2000)], {"b": [gpu(1), gpu(2)]},
               at=NOW - 2)
-    three = pod("three", [container("c", quantity=1, mem=3000)], {"c": [gpu(3)]}, at=NOW - 1)
+    # interchangeable with "one" (the extender binds no confusable pod beside it)
+    three = pod("three", [container("c", quantity=1, mem=1000)], {"c": [gpu(3)]}, at=NOW - 1)
     pods = [one, two, three]
     # the kubelet admits "two" first (its binding arrived first): the 2-GPU call is its own
     a = _answer(pods, "nvidia.com/gpu", [f"{gpu(1)}::0", f"{gpu(2)}::0"])
@@ -97,10 +99,27 @@ def test_devices_on_a_gpu_the_container_was_not_assigned_are_refused():
         _answer([p], "nvidia.com/gpu", [f"{gpu(3)}::0"])
 
 
-def test_a_pod_bound_to_another_node_or_too_long_ago_is_not_in_flight_here():
+def test_a_pod_bound_to_another_node_or_admitted_long_ago_is_not_in_flight_here():
     elsewhere = pod("far", [container("main")], {"main": [gpu(0)]}, at=NOW - 1, node="node-b")
     stale = pod("stale", [container("main")], {"main": [gpu(0)]}, at=NOW - 500)
+    stale["status"] = {"phase": "Pending", "containerStatuses": [{"name": "main"}]}
     assert in_flight([elsewhere, stale], NODE, NOW, 120) == []
+
+
+def test_a_pod_the_kubelet_has_not_admitted_stays_in_flight_past_the_timeout():
+    late = pod("late", [container("main")], {"main": [gpu(0)]}, at=NOW - 500)
+    assert [f.flight.key for f in in_flight([late], NODE, NOW, 120)] == ["default/late"]
+    late["status"] = {"phase": "Failed"}  # refused at admission: no call can be for it
+    assert in_flight([late], NODE, NOW, 120) == []
+
+
+def test_an_assignment_on_a_pod_not_bound_or_not_managed_is_not_believed():
+    unbound = pod("unbound", [container("main")], {"main": [gpu(0)]}, at=NOW - 1)
+    del unbound["spec"]["nodeName"]  # the extender wrote it, the Binding has not landed
+    unlabelled = pod("unlabelled", [container("main")], {"main": [gpu(0)]}, at=NOW - 1)
+    unlabelled["metadata"]["labels"] = {}
+    assert in_flight([unbound, unlabelled], NODE, NOW, 120) == []
+    assert assigned_pods([unbound, unlabelled], NODE) == {}
 
 
 def test_a_forged_annotation_claiming_another_pods_exclusive_gpu_is_not_believed():
@@ -158,14 +177,19 @@ def test_pod_views_match_the_uncached_functions_and_follow_new_marks():
     for i, p in enumerate(pods):
         p["metadata"]["resourceVersion"] = str(i + 1)
     views = PodViews(NODE)
-    flights, assigned = views.views(pods, NOW, 120)
+    flights, assigned, others = views.views(pods, NOW, 120)
     assert [f.flight for f in flights] == [f.flight for f in in_flight(pods, NODE, NOW, 120)]
-    assert assigned == assigned_pods(pods, NODE)
+    assert assigned == assigned_pods(pods, NODE) and others == strangers(pods, NODE) == []
     marked = {**pods[0], "metadata": {**pods[0]["metadata"], "annotations": {
         **pods[0]["metadata"]["annotations"], "gpuslice.io/allocated": "a"}}}
-    flights, _ = views.views([marked, *pods[1:]], NOW, 120)
+    flights, _, _ = views.views([marked, *pods[1:]], NOW, 120)
     assert flights[0].flight.pending[0].container == "b", "a new mark is decoded at once"
-    assert views.views(pods, NOW + 500, 120)[0] == [], "the in-flight window still applies"
+    assert len(views.views(pods, NOW + 500, 120)[0]) == 3, "not admitted: late, still in flight"
+    started = {**pods[1], "metadata": {**pods[1]["metadata"], "resourceVersion": "9"},
+               "status": {"phase": "Running"}}
+    flights = views.views([pods[0], started, pods[2]], NOW + 500, 120)[0]
+    assert [f.flight.key for f in flights] == ["default/p0", "default/p2"], \
+        "the window applies to pods the kubelet admitted"
 
 
 def test_an_assignment_naming_this_node_for_a_pod_bound_elsewhere_is_not_believed():
