@@ -41,6 +41,7 @@ from gpuslice.errors import EnvironmentProblem, GpusliceError
 from gpuslice.kube import errors as kerrors
 from gpuslice.kube.cache import Change, Informer
 from gpuslice.node import allocate as alloc
+from gpuslice.node import mig as mig_mode
 from gpuslice.node import verify
 from gpuslice.node.cluster import Cluster
 from gpuslice.node.exporter import AgentMetrics, UsageCollector
@@ -100,7 +101,10 @@ class Agent:
         self.cluster = Cluster(client, cfg.node_name, pod_resync_s=cfg.pod_resync_seconds,
                                journal=state / "answered.json")
         self.swapper = Swapper(client, self.regions_root, state / "swaps.json")
-        self.inventory = Inventory(self.devices, cfg, self.cluster.set_node_annotation)
+        self.mig = mig_mode.start(backend, self.devices, cfg.mig, state) \
+            if cfg.mode == "mig" else None  # type: ignore[arg-type]  # nvml.MigBackend too
+        self.inventory = Inventory(self.devices, cfg, self.cluster.set_node_annotation,
+                                   decorate=self.mig.decorate if self.mig else None)
         self._pod_views = alloc.PodViews(cfg.node_name)
         self._init_dra(client, state)
         self.metrics = AgentMetrics()
@@ -207,6 +211,8 @@ class Agent:
     async def allocate(self, resource: str, device_ids: Sequence[str]) -> alloc.Answer:
         try:
             a = await self._proven_answer(resource, device_ids)
+            if self.mig is not None:
+                a = await asyncio.to_thread(self._mig_answer, a)
             how = regions.place(regions.prepare(self.regions_root, a.pod_uid, a.container) /
                                 edits.REGION_FILE, a.region)
             if how == "replaced":
@@ -396,6 +402,25 @@ class Agent:
             raise EnvironmentProblem(f"cannot listen on {self.cfg.metrics_address} for /metrics: "
                                      f"{exc.strerror}; choose another metricsAddress") from None
 
+    def _mig_answer(self, a: alloc.Answer) -> alloc.Answer:
+        """MIG mode: the container's instances (made now if missing) instead of the library."""
+        assert self.mig is not None
+        live = alloc.assigned_pods(self.cluster.pods(), self.cfg.node_name)
+        pod = live.get(a.pod_uid)
+        slices = next((c.slices for c in pod.containers if c.container == a.container), ()) \
+            if pod else ()
+        return self.mig.answer(a, self.mig.attach(a.pod_uid, slices, live), self.cfg.cdi)
+
+    async def _mig_once(self) -> None:
+        """MIG mode: instances of ended pods destroyed (only on a fresh pod list), and the
+        inventory republished when instances changed."""
+        assert self.mig is not None
+        if self._pods_fresh():
+            live = alloc.assigned_pods(self.cluster.pods(), self.cfg.node_name)
+            await asyncio.to_thread(self.mig.reconcile, live)
+        if self.mig.changed:
+            self.inventory.update(self.health.unhealthy)
+
     async def run(self) -> None:
         """Serve until stop()."""
         self.inventory.update({})
@@ -406,6 +431,7 @@ class Agent:
             self._every(self.cfg.verify_interval_seconds, self._verify_once),
             self._every(self.cfg.watchdog.interval_seconds, self._watchdog_once),
             self._every(1.0, self._gauges),
+            *([self._every(self.cfg.verify_interval_seconds, self._mig_once)] if self.mig else []),
         ]
         if self.dra_link is not None:
             assert self.slice_watch is not None

@@ -44,18 +44,21 @@ def node_gpus(devices: Sequence[DeviceInfo], cfg: NodeConfig,
 class Inventory:
     def __init__(self, devices: Sequence[DeviceInfo], cfg: NodeConfig,
                  publish: Callable[[str, str], None], *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 decorate: Callable[[tuple[model.GPU, ...]], tuple[model.GPU, ...]] | None = None
+                 ) -> None:
+        self._decorate = decorate or (lambda gpus: gpus)  # MIG mode adds its blocks (node/mig.py)
         self._devices = tuple(devices)
         self._cfg = cfg
         self._publish = publish
         self._clock = clock
         self._last: str | None = None
         self._last_at = 0.0
-        self.gpus: tuple[model.GPU, ...] = node_gpus(self._devices, cfg, {})
+        self.gpus: tuple[model.GPU, ...] = self._decorate(node_gpus(self._devices, cfg, {}))
 
     def update(self, unhealthy: Mapping[str, str]) -> bool:
         """Recompute with this health; publish if changed or due. True when GPUs changed."""
-        gpus = node_gpus(self._devices, self._cfg, unhealthy)
+        gpus = self._decorate(node_gpus(self._devices, self._cfg, unhealthy))
         changed = gpus != self.gpus
         self.gpus = gpus
         text = codec.encode_inventory(model.NodeInventory(node=self._cfg.node_name, gpus=gpus))

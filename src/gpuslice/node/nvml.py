@@ -1,8 +1,11 @@
 """What the node agent asks of the GPUs: a small Protocol, NVML behind it, and a fake for tests.
 
 Owns: `GPUBackend` (devices, per-GPU stats, per-process used memory, health events),
+`MigBackend` (MIG mode, profiles, GPU + compute instances: read, create, destroy),
 `NvmlBackend` (nvidia-ml-py) and `FakeBackend` (`fake:N` or `fake:/path.yaml`, injectable at
-run time: XIDs, lost GPUs, processes), and `open_backend(spec)`.
+run time: XIDs, lost GPUs, processes; MIG modelled with the MIG guide's placement rules and
+its instances kept in a file beside the YAML, so they outlive an agent killed mid-way, as on
+a real GPU), and `open_backend(spec)`. Nothing here changes a GPU's MIG mode.
 Does not: decide health (health.py), publish anything or keep state between calls.
 Failure: no driver / no GPU / NVML init error -> EnvironmentProblem (exit 3) saying what to
 check; a query a platform does not support (NUMA id in a VM, power on some boards) gives None,
@@ -15,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import uuid as uuid_mod
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 from pathlib import Path
@@ -23,10 +27,12 @@ from typing import Any, Protocol
 import msgspec
 import yaml
 
+from gpuslice import mig
 from gpuslice.errors import ConfigError, EnvironmentProblem
 
 __all__ = ["DeviceInfo", "DeviceStats", "FakeBackend", "GPUBackend", "GPULost", "HealthEvent",
-           "NvmlBackend", "ProcessUsage", "open_backend"]
+           "MigBackend", "MigBusy", "MigDevice", "MigError", "MigMode", "NvmlBackend",
+           "ProcessUsage", "open_backend"]
 
 MiB = 1 << 20
 
@@ -84,6 +90,52 @@ class HealthEvent:
     xid: int
 
 
+class MigError(Exception):
+    """A MIG call failed (the message says which call, on which GPU, and NVML's answer)."""
+
+
+class MigBusy(MigError):
+    """The instance runs processes (NVML_ERROR_IN_USE): it must not be destroyed now."""
+
+
+@dataclass(frozen=True)
+class MigMode:
+    current: bool
+    pending: bool
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """A GPU instance with its compute instance, as the node agent hands it to a container."""
+
+    gpu: str  # parent GPU UUID
+    gi_id: int  # GPU instance id (per parent GPU)
+    profile: str  # e.g. "3g.40gb"
+    start: int
+    size: int
+    uuid: str  # MIG-... (the compute instance's device); "" when it has no compute instance
+
+
+class MigBackend(Protocol):
+    def mig_mode(self, uuid: str) -> MigMode | None:
+        """None when the GPU does not support MIG."""
+        ...
+
+    def mig_profiles(self, uuid: str) -> tuple[mig.Profile, ...]: ...
+
+    def mig_devices(self, uuid: str) -> tuple[MigDevice, ...]: ...
+
+    def mig_create(self, uuid: str, profile: str, start: int) -> MigDevice:
+        """A GPU instance of `profile` at `start` and a compute instance spanning it."""
+        ...
+
+    def mig_destroy(self, uuid: str, gi_id: int) -> None:
+        """Its compute instances, then itself; MigBusy while processes run on it."""
+        ...
+
+    def mig_processes(self, uuid: str, gi_id: int) -> tuple[int, ...]: ...
+
+
 class GPUBackend(Protocol):
     def devices(self) -> tuple[DeviceInfo, ...]: ...
 
@@ -128,6 +180,10 @@ def _optional(call: Any, *args: Any) -> Any:
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+# compute instance profile spanning a whole GPU instance of that many compute slices
+_CI_PROFILES = {n: f"NVML_COMPUTE_INSTANCE_PROFILE_{n}_SLICE" for n in (1, 2, 3, 4, 6, 7, 8)}
 
 
 def _sm_count_from_model(name: str) -> int:
@@ -267,6 +323,180 @@ class NvmlBackend:
             return []
         return [HealthEvent(uuid=uuid, xid=xid)]
 
+    # -- MIG (docs/mig.md); every call names the GPU and NVML's answer when it fails
+    def _mig_call(self, what: str, uuid: str, call: Any, *args: Any) -> Any:
+        n = self._nvml
+        try:
+            return call(*args)
+        except n.NVMLError as exc:
+            kind = MigBusy if exc.value == n.NVML_ERROR_IN_USE else MigError
+            raise kind(f"{what} on GPU {uuid}: {exc}") from None
+
+    def mig_mode(self, uuid: str) -> MigMode | None:
+        n = self._nvml
+        try:
+            current, pending = n.nvmlDeviceGetMigMode(self._handle(uuid))
+        except n.NVMLError as exc:
+            if exc.value == n.NVML_ERROR_NOT_SUPPORTED:
+                return None
+            raise MigError(f"nvmlDeviceGetMigMode on GPU {uuid}: {exc}") from None
+        return MigMode(current=current == n.NVML_DEVICE_MIG_ENABLE,
+                       pending=pending == n.NVML_DEVICE_MIG_ENABLE)
+
+    def _profile_infos(self, uuid: str) -> list[tuple[str, Any]]:
+        """(name, nvmlGpuInstanceProfileInfo_v2) of every profile the GPU answers for."""
+        n, h = self._nvml, self._handle(uuid)
+        out = []
+        for index in range(n.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = n.nvmlDeviceGetGpuInstanceProfileInfo(h, index)
+            except n.NVMLError:
+                continue  # this profile does not exist on this board
+            name = _text(info.name).removeprefix("MIG ").strip()
+            if name and all(name != seen for seen, _ in out):
+                out.append((name, info))
+        return out
+
+    def _placements(self, uuid: str, profile_id: int) -> list[tuple[int, int]]:
+        import ctypes
+
+        n, h = self._nvml, self._handle(uuid)
+        count = ctypes.c_uint(0)
+        self._mig_call("nvmlDeviceGetGpuInstancePossiblePlacements", uuid,
+                       n.nvmlDeviceGetGpuInstancePossiblePlacements, h, profile_id, None,
+                       ctypes.byref(count))
+        array = (n.c_nvmlGpuInstancePlacement_t * max(count.value, 1))()
+        self._mig_call("nvmlDeviceGetGpuInstancePossiblePlacements", uuid,
+                       n.nvmlDeviceGetGpuInstancePossiblePlacements, h, profile_id, array,
+                       ctypes.byref(count))
+        return [(array[i].start, array[i].size) for i in range(count.value)]
+
+    def mig_profiles(self, uuid: str) -> tuple[mig.Profile, ...]:
+        out = []
+        for name, info in self._profile_infos(uuid):
+            places = self._placements(uuid, info.id)
+            if not places or "+" in name:  # media-extension profiles: one per GPU, not offered
+                continue
+            out.append(mig.Profile(name=name, compute=int(info.sliceCount),
+                                   memory_mib=int(info.memorySizeMB), size=places[0][1],
+                                   starts=tuple(sorted(s for s, _ in places))))
+        return tuple(out)
+
+    def _mig_uuids(self, uuid: str) -> dict[int, str]:
+        """GPU instance id -> MIG-... UUID of its (first) compute instance's device."""
+        n, h = self._nvml, self._handle(uuid)
+        out: dict[int, str] = {}
+        most = self._mig_call("nvmlDeviceGetMaxMigDeviceCount", uuid,
+                              n.nvmlDeviceGetMaxMigDeviceCount, h)
+        for i in range(int(most)):
+            try:
+                dev = n.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+            except n.NVMLError:
+                continue  # no MIG device at this index
+            gi = self._mig_call("nvmlDeviceGetGpuInstanceId", uuid, n.nvmlDeviceGetGpuInstanceId,
+                                dev)
+            out.setdefault(int(gi), _text(n.nvmlDeviceGetUUID(dev)))
+        return out
+
+    def _gpu_instances(self, uuid: str) -> list[tuple[str, Any]]:
+        import ctypes
+
+        n, h = self._nvml, self._handle(uuid)
+        out = []
+        for name, info in self._profile_infos(uuid):
+            count = ctypes.c_uint(0)
+            array = (n.c_nvmlGpuInstance_t * max(int(info.instanceCount), 1))()
+            self._mig_call("nvmlDeviceGetGpuInstances", uuid, n.nvmlDeviceGetGpuInstances, h,
+                           info.id, array, ctypes.byref(count))
+            out.extend((name, array[i]) for i in range(count.value))
+        return out
+
+    def mig_devices(self, uuid: str) -> tuple[MigDevice, ...]:
+        n = self._nvml
+        uuids = self._mig_uuids(uuid)
+        out = []
+        for name, gi in self._gpu_instances(uuid):
+            info = self._mig_call("nvmlGpuInstanceGetInfo", uuid, n.nvmlGpuInstanceGetInfo, gi)
+            out.append(MigDevice(gpu=uuid, gi_id=int(info.id), profile=name,
+                                 start=int(info.placement.start), size=int(info.placement.size),
+                                 uuid=uuids.get(int(info.id), "")))
+        return tuple(sorted(out, key=lambda d: d.start))
+
+    def mig_create(self, uuid: str, profile: str, start: int) -> MigDevice:
+        n, h = self._nvml, self._handle(uuid)
+        info = dict(self._profile_infos(uuid)).get(profile)
+        if info is None:
+            raise MigError(f"GPU {uuid} offers no MIG profile {profile}")
+        size = next((sz for st, sz in self._placements(uuid, info.id) if st == start), None)
+        if size is None:
+            raise MigError(f"GPU {uuid}: {profile} may not start at memory slice {start}")
+        placement = n.c_nvmlGpuInstancePlacement_t()
+        placement.start, placement.size = start, size
+        gi = self._mig_call("nvmlDeviceCreateGpuInstanceWithPlacement", uuid,
+                            n.nvmlDeviceCreateGpuInstanceWithPlacement, h, info.id, placement)
+        try:
+            ci_profile = _CI_PROFILES.get(int(info.sliceCount))
+            if ci_profile is None:
+                raise MigError(f"GPU {uuid}: no compute instance profile for "
+                               f"{info.sliceCount} slices")
+            ci = self._mig_call("nvmlGpuInstanceGetComputeInstanceProfileInfo", uuid,
+                                n.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi,
+                                getattr(n, ci_profile),
+                                n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            self._mig_call("nvmlGpuInstanceCreateComputeInstance", uuid,
+                           n.nvmlGpuInstanceCreateComputeInstance, gi, ci.id)
+        except MigError:
+            _optional(n.nvmlGpuInstanceDestroy, gi)  # no half-made instance left behind
+            raise
+        gi_id = int(self._mig_call("nvmlGpuInstanceGetInfo", uuid, n.nvmlGpuInstanceGetInfo,
+                                   gi).id)
+        return MigDevice(gpu=uuid, gi_id=gi_id, profile=profile, start=start, size=size,
+                         uuid=self._mig_uuids(uuid).get(gi_id, ""))
+
+    def _compute_instances(self, uuid: str, gi: Any) -> list[Any]:
+        import ctypes
+
+        n = self._nvml
+        out = []
+        for name in _CI_PROFILES.values():
+            try:
+                info = n.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    gi, getattr(n, name), n.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+            except n.NVMLError:
+                continue
+            count = ctypes.c_uint(0)
+            array = (n.c_nvmlComputeInstance_t * max(int(info.instanceCount), 1))()
+            self._mig_call("nvmlGpuInstanceGetComputeInstances", uuid,
+                           n.nvmlGpuInstanceGetComputeInstances, gi, info.id, array,
+                           ctypes.byref(count))
+            out.extend(array[i] for i in range(count.value))
+        return out
+
+    def mig_destroy(self, uuid: str, gi_id: int) -> None:
+        n, h = self._nvml, self._handle(uuid)
+        gi = self._mig_call("nvmlDeviceGetGpuInstanceById", uuid, n.nvmlDeviceGetGpuInstanceById,
+                            h, gi_id)
+        for ci in self._compute_instances(uuid, gi):
+            self._mig_call("nvmlComputeInstanceDestroy", uuid, n.nvmlComputeInstanceDestroy, ci)
+        self._mig_call("nvmlGpuInstanceDestroy", uuid, n.nvmlGpuInstanceDestroy, gi)
+
+    def mig_processes(self, uuid: str, gi_id: int) -> tuple[int, ...]:
+        n, h = self._nvml, self._handle(uuid)
+        most = int(self._mig_call("nvmlDeviceGetMaxMigDeviceCount", uuid,
+                                  n.nvmlDeviceGetMaxMigDeviceCount, h))
+        pids: list[int] = []
+        for i in range(most):
+            try:
+                dev = n.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+                if int(n.nvmlDeviceGetGpuInstanceId(dev)) != gi_id:
+                    continue
+            except n.NVMLError:
+                continue
+            procs = self._mig_call("nvmlDeviceGetComputeRunningProcesses", uuid,
+                                   n.nvmlDeviceGetComputeRunningProcesses, dev)
+            pids.extend(int(p.pid) for p in procs)
+        return tuple(pids)
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
@@ -284,6 +514,14 @@ class _FakeProcess(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     used_mib: int = msgspec.field(name="usedMiB", default=0)
 
 
+class _FakeMig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A fake GPU's MIG support: profiles from mig.CATALOG by model and memory."""
+
+    capable: bool = True  # False: NVML answers Not Supported (an L4, a T4)
+    enabled: bool = True  # current MIG mode
+    pending: bool | None = None  # pending mode (None: same as current)
+
+
 class _FakeGPU(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     uuid: str
     model: str = "NVIDIA Fake GPU"
@@ -297,6 +535,7 @@ class _FakeGPU(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     power_watts: float = msgspec.field(name="powerWatts", default=60.0)
     lost: bool = False
     processes: list[_FakeProcess] = msgspec.field(default_factory=list)
+    mig: _FakeMig | None = None  # None: MIG not supported
 
 
 class _FakeXid(msgspec.Struct, forbid_unknown_fields=True):
@@ -313,8 +552,131 @@ def fake_uuid(i: int) -> str:
     return f"GPU-00000000-0000-4000-8000-{i:012d}"
 
 
+class _FakeInstance(msgspec.Struct, kw_only=True):
+    gi_id: int
+    profile: str
+    start: int
+    size: int
+    uuid: str
+    pids: list[int] = msgspec.field(default_factory=list)
+
+
+class _FakeMigState(msgspec.Struct, kw_only=True):
+    """What a real GPU keeps across agent restarts: its instances (gpu uuid -> instances)."""
+
+    created: int = 0  # instances ever created (new UUIDs, as real MIG UUIDs are new each time)
+    gpus: dict[str, list[_FakeInstance]] = msgspec.field(default_factory=dict)
+
+
+class _FakeMigMixin:
+    """MIG on the fake GPUs: the placement rules of mig.py, create/destroy, UUIDs, in-use."""
+
+    gpus: list[_FakeGPU]
+    path: Path | None
+    _mig_memory: _FakeMigState | None
+
+    def _gpu(self, uuid: str) -> _FakeGPU: ...  # type: ignore[empty-body]
+
+    def _mig_file(self) -> Path | None:
+        return None if self.path is None else self.path.with_name(self.path.name + ".mig.json")
+
+    def _mig_load(self) -> _FakeMigState:
+        f = self._mig_file()
+        if f is None:
+            if self._mig_memory is None:
+                self._mig_memory = _FakeMigState()
+            return self._mig_memory
+        try:
+            return msgspec.json.decode(f.read_bytes(), type=_FakeMigState)
+        except FileNotFoundError:
+            return _FakeMigState()
+
+    def _mig_save(self, state: _FakeMigState) -> None:
+        f = self._mig_file()
+        if f is None:
+            self._mig_memory = state
+            return
+        tmp = f.with_name(f.name + ".tmp")
+        tmp.write_bytes(msgspec.json.encode(state))
+        os.replace(tmp, f)  # the real GPU's state never half-written
+
+    def _mig_gpu(self, uuid: str, *, enabled: bool = True) -> _FakeGPU:
+        g = self._gpu(uuid)
+        if g.mig is None or not g.mig.capable:
+            raise MigError(f"GPU {uuid}: Not Supported (this GPU has no MIG)")
+        if enabled and not g.mig.enabled:
+            raise MigError(f"GPU {uuid}: Not Supported (MIG mode is disabled)")
+        return g
+
+    def mig_mode(self, uuid: str) -> MigMode | None:
+        g = self._gpu(uuid)
+        if g.mig is None or not g.mig.capable:
+            return None
+        pending = g.mig.enabled if g.mig.pending is None else g.mig.pending
+        return MigMode(current=g.mig.enabled, pending=pending)
+
+    def mig_profiles(self, uuid: str) -> tuple[mig.Profile, ...]:
+        g = self._mig_gpu(uuid)
+        return mig.catalog_for(g.model, g.memory_mib)
+
+    def mig_devices(self, uuid: str) -> tuple[MigDevice, ...]:
+        self._mig_gpu(uuid)
+        return tuple(MigDevice(gpu=uuid, gi_id=i.gi_id, profile=i.profile, start=i.start,
+                               size=i.size, uuid=i.uuid)
+                     for i in sorted(self._mig_load().gpus.get(uuid, []), key=lambda i: i.start))
+
+    def mig_create(self, uuid: str, profile: str, start: int) -> MigDevice:
+        g = self._mig_gpu(uuid)
+        p = next((q for q in mig.catalog_for(g.model, g.memory_mib) if q.name == profile), None)
+        if p is None:
+            raise MigError(f"GPU {uuid} offers no MIG profile {profile}")
+        if start not in p.starts:
+            raise MigError(f"nvmlDeviceCreateGpuInstanceWithPlacement on GPU {uuid}: "
+                           f"Invalid Argument ({profile} at slice {start})")
+        state = self._mig_load()
+        have = state.gpus.setdefault(uuid, [])
+        if any(mig.overlaps(start, p.size, i.start, i.size) for i in have):
+            raise MigError(f"nvmlDeviceCreateGpuInstanceWithPlacement on GPU {uuid}: "
+                           f"Insufficient Resources ({profile} at slice {start} overlaps)")
+        gi_id = min(set(range(1, len(have) + 2)) - {i.gi_id for i in have})
+        state.created += 1
+        mig_uuid = "MIG-" + str(uuid_mod.uuid5(uuid_mod.NAMESPACE_OID,
+                                               f"{uuid}/{gi_id}/{state.created}"))
+        have.append(_FakeInstance(gi_id=gi_id, profile=profile, start=start, size=p.size,
+                                  uuid=mig_uuid))
+        self._mig_save(state)
+        return MigDevice(gpu=uuid, gi_id=gi_id, profile=profile, start=start, size=p.size,
+                         uuid=mig_uuid)
+
+    def mig_destroy(self, uuid: str, gi_id: int) -> None:
+        self._mig_gpu(uuid)
+        state = self._mig_load()
+        have = state.gpus.get(uuid, [])
+        inst = next((i for i in have if i.gi_id == gi_id), None)
+        if inst is None:
+            raise MigError(f"nvmlDeviceGetGpuInstanceById on GPU {uuid}: Not Found ({gi_id})")
+        if inst.pids:
+            raise MigBusy(f"nvmlGpuInstanceDestroy on GPU {uuid}: In use by another client "
+                          f"(pids {inst.pids})")
+        have.remove(inst)
+        self._mig_save(state)
+
+    def mig_processes(self, uuid: str, gi_id: int) -> tuple[int, ...]:
+        self._mig_gpu(uuid)
+        inst = next((i for i in self._mig_load().gpus.get(uuid, []) if i.gi_id == gi_id), None)
+        return tuple(inst.pids) if inst else ()
+
+    # -- run-time injection for tests
+    def set_mig_processes(self, uuid: str, gi_id: int, pids: list[int]) -> None:
+        state = self._mig_load()
+        for i in state.gpus.get(uuid, []):
+            if i.gi_id == gi_id:
+                i.pids = list(pids)
+        self._mig_save(state)
+
+
 @dataclass
-class FakeBackend:
+class FakeBackend(_FakeMigMixin):
     """GPUs from a list (tests) or a YAML file re-read when it changes (XIDs appended to the
     file's `xids:` list are delivered once each), so a test can inject faults into a running
     agent, in-process (inject_xid, set_lost, set_processes) or from outside (edit the file)."""
@@ -325,6 +687,7 @@ class FakeBackend:
     _xids_seen: int = 0
     _queue: list[HealthEvent] = field(default_factory=list)
     _wake: threading.Event = field(default_factory=threading.Event)
+    _mig_memory: _FakeMigState | None = None
 
     @classmethod
     def with_count(cls, count: int, *, memory_mib: int = 16384) -> FakeBackend:
@@ -356,7 +719,8 @@ class FakeBackend:
             if force:
                 raise ConfigError(f"--gpu-backend fake:{self.path}: {exc}; fix the file (keys: "
                                   "gpus[].uuid/model/memoryMiB/smCount/numaNode/nvlinkPeers/minor/"
-                                  "utilisation/temperature/powerWatts/lost/processes, "
+                                  "utilisation/temperature/powerWatts/lost/processes/"
+                                  "mig{capable,enabled,pending}, "
                                   "xids[].uuid/xid)") from None
             return  # a half-written file during a test's edit: keep the last good state
         if not parsed.gpus:

@@ -18,7 +18,7 @@ from gpuslice import config, handoff
 from gpuslice.dra import DRIVER
 from gpuslice.errors import ConfigError
 
-__all__ = ["DraConfig", "NodeConfig", "WatchdogConfig", "load"]
+__all__ = ["DraConfig", "MigConfig", "NodeConfig", "WatchdogConfig", "load"]
 
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
@@ -41,6 +41,13 @@ class DraConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                                       default="/var/lib/kubelet/plugins_registry")
     cdi_dir: str = msgspec.field(name="cdiDir", default="/var/run/cdi")
     memory_step_mib: int = msgspec.field(name="memoryStepMiB", default=256)
+
+
+class MigConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """MIG mode's geometry (docs/mig.md): GPU model substring -> profile names pods may get
+    (longest match wins; a model no key matches offers every profile its GPU has)."""
+
+    profiles: dict[str, list[str]] = msgspec.field(default_factory=dict)
 
 
 class NodeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -76,6 +83,9 @@ class NodeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     health_interval_seconds: float = msgspec.field(name="healthIntervalSeconds", default=5.0)
     watchdog: WatchdogConfig = msgspec.field(default_factory=WatchdogConfig)
     dra: DraConfig = msgspec.field(default_factory=DraConfig)
+    # shim: shared slices through the library; mig: MIG instances (docs/mig.md)
+    mode: Literal["shim", "mig"] = "shim"
+    mig: MigConfig = msgspec.field(default_factory=MigConfig)
     # service
     metrics_address: str = msgspec.field(name="metricsAddress", default="0.0.0.0:9400")
     log_level: str = msgspec.field(name="logLevel", default="info")
@@ -108,6 +118,12 @@ def _check(c: NodeConfig, where: str) -> None:
     if not _DNS_SUBDOMAIN.fullmatch(c.dra.driver_name) or len(c.dra.driver_name) > 63:
         problems.append(f"dra.driverName={c.dra.driver_name!r}: use a DNS subdomain of at most 63 "
                         f"characters, e.g. {DRIVER}")
+    if c.mode == "mig" and c.dra.enabled:
+        problems.append("mode=mig with dra.enabled: MIG instances are served on the device "
+                        "plugin path only; disable dra on MIG nodes")
+    problems += [f"mig.profiles[{k!r}]: empty; list the profiles pods may get, e.g. "
+                 "[1g.10gb, 3g.40gb], or remove the key"
+                 for k, v in c.mig.profiles.items() if not v]
     if problems:
         raise ConfigError("\n".join(f"{where}: {p}" for p in problems))
 

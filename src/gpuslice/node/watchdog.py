@@ -166,6 +166,8 @@ class Watchdog:
             {u for (_, c, u) in limits if not c}  # a GPU with a DRA claim's region (no container)
         found = []
         for g in self.gpus():
+            if g.mig is not None:  # MIG instances: isolated by the hardware, no library to check
+                continue
             try:
                 procs = self.backend.processes(g.uuid)
             except GPULost:
