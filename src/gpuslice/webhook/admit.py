@@ -33,6 +33,7 @@ import msgspec
 
 from gpuslice import codec, dialects, handoff
 from gpuslice.errors import RequestError, brief
+from gpuslice.webhook.bypass import bypass_refused
 
 __all__ = ["DEVICE_ENV", "DEVICE_ENV_HIDDEN", "IDENTITY_ENV", "PLACEMENT_ANNOTATIONS",
            "RESERVED_PREFIX", "TENANT_ANNOTATIONS", "Decision", "Options", "Result", "admit",
@@ -84,6 +85,8 @@ class Options(msgspec.Struct, frozen=True, kw_only=True):
     scheduler_name: str = "gpuslice-scheduler"
     opt_out_key: str = "gpuslice.io/webhook"
     opt_out_value: str = "disabled"
+    # namespaces whose GPU pods may skip gpuslice's placement (webhook/bypass.py)
+    bypass_namespaces: frozenset[str] = frozenset()
     defaults: dialects.Defaults = dialects.Defaults()
 
 
@@ -121,10 +124,11 @@ def _labels(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | None,
           options: Options, *, kind: str = "Pod", sub_resource: str = "",
-          user: str | None = None) -> Decision:
+          user: str | None = None, namespace: str = "") -> Decision:
     """The decision for a pod admission request. `namespace_labels` None = not known (the
     MutatingWebhookConfiguration's namespaceSelector is then the only namespace opt-out);
-    `user` is the request's userInfo.username (only a node may create a mirror pod)."""
+    `user` is the request's userInfo.username (only a node may create a mirror pod);
+    `namespace` the request's (else the pod's metadata.namespace), for bypassNamespaces."""
     if kind != "Pod" or sub_resource:
         return Decision(result=Result.ALLOWED, why=f"not a pod ({kind} {sub_resource})".strip())
     if operation != "CREATE":
@@ -137,13 +141,18 @@ def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | Non
     key, value = options.opt_out_key, options.opt_out_value
     if namespace_labels is not None and namespace_labels.get(key) == value:
         return Decision(result=Result.SKIPPED, why=f"namespace labelled {key}={value}")
-    labels = _labels(meta)
-    if labels is not None and labels.get(key) == value:
-        return Decision(result=Result.SKIPPED, why=f"pod labelled {key}={value}")
     annotations = meta.get("annotations")
     if isinstance(annotations, Mapping) and MIRROR_ANNOTATION in annotations \
             and isinstance(user, str) and user.startswith("system:node:"):
         return Decision(result=Result.ALLOWED, why="mirror pod of a static pod")
+    labels = _labels(meta)
+    ns = namespace or str(meta.get("namespace") or "")
+    if labels is not None and labels.get(key) == value:
+        refused = bypass_refused("label", f"label {key}={value}", ns,
+                                 options.bypass_namespaces) if dialects.is_gpu_pod(pod) else None
+        if refused:
+            return _deny([refused])
+        return Decision(result=Result.SKIPPED, why=f"pod labelled {key}={value}")
     if not dialects.is_gpu_pod(pod):
         problems = _guard_problems(pod, meta, options, manages=False)
         return _deny(problems) if problems else Decision(result=Result.ALLOWED,
@@ -151,13 +160,20 @@ def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | Non
     spec = pod.get("spec")
     scheduler = spec.get("schedulerName") if isinstance(spec, Mapping) else None
     if scheduler not in (None, "", DEFAULT_SCHEDULER, options.scheduler_name):
-        problems = _guard_problems(pod, meta, options, manages=False)
+        refused = bypass_refused("scheduler", f"spec.schedulerName={brief(scheduler)}", ns,
+                                 options.bypass_namespaces)
+        problems = [refused] if refused else []
+        problems += _guard_problems(pod, meta, options, manages=False)
         if problems:
             return _deny(problems)
         return Decision(
             result=Result.SKIPPED, why=f"schedulerName {scheduler}",
             warnings=(f"spec.schedulerName={str(scheduler)[:30]}: gpuslice will not place or "
                       "cap this pod; remove it to use gpuslice",))
+    if isinstance(spec, Mapping) and spec.get("nodeName") and ns in options.bypass_namespaces:
+        problems = _guard_problems(pod, meta, options, manages=False)
+        return _deny(problems) if problems else Decision(
+            result=Result.SKIPPED, why="spec.nodeName in a bypass namespace")
     problems = _tenant_problems(pod, meta)
     try:
         parsed = dialects.parse_pod(pod, options.defaults)

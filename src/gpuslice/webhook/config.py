@@ -50,6 +50,9 @@ class WebhookConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fr
     scheduler_name: _Name = msgspec.field(default="gpuslice-scheduler", name="schedulerName")
     opt_out_label: _Name = msgspec.field(default="gpuslice.io/webhook", name="optOutLabel")
     opt_out_value: str = msgspec.field(default="disabled", name="optOutValue")
+    # GPU pods here may skip gpuslice (opt-out label, another scheduler, spec.nodeName)
+    bypass_namespaces: list[_Name] = msgspec.field(default_factory=list,
+                                                   name="bypassNamespaces")
     check_namespace_labels: bool = msgspec.field(default=True, name="checkNamespaceLabels")
     namespace_cache_seconds: _Seconds = msgspec.field(default=30.0,
                                                       name="namespaceCacheSeconds")
@@ -65,7 +68,9 @@ class WebhookConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fr
 
     def options(self) -> Options:
         return Options(scheduler_name=self.scheduler_name, opt_out_key=self.opt_out_label,
-                       opt_out_value=self.opt_out_value, defaults=self.defaults.build())
+                       opt_out_value=self.opt_out_value,
+                       bypass_namespaces=frozenset(self.bypass_namespaces),
+                       defaults=self.defaults.build())
 
 
 def load(path: str | None, **flags: object) -> WebhookConfig:

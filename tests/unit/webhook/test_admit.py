@@ -48,9 +48,9 @@ def test_a_namespace_labelled_to_opt_out_is_skipped_even_for_an_invalid_gpu_pod(
     assert "namespace" in decision.why
 
 
-def test_a_pod_labelled_to_opt_out_is_skipped():
+def test_a_pod_labelled_to_opt_out_is_skipped_in_a_bypass_namespace():
     pod = gpu_pod(HAMI_HALF, labels={"gpuslice.io/webhook": "disabled"})
-    decision = decide(pod)
+    decision = decide(pod, options=Options(bypass_namespaces=frozenset({"team"})))
     assert decision.result is Result.SKIPPED and decision.patch == ()
     assert "pod labelled" in decision.why
 
@@ -96,16 +96,18 @@ def test_the_configured_scheduler_name_is_used_and_not_rewritten():
     assert all(o["path"] != "/spec/schedulerName" for o in decide(pod, options=options).patch)
 
 
-def test_a_pod_naming_another_scheduler_is_left_alone_with_a_warning():
+def test_a_pod_naming_another_scheduler_in_a_bypass_namespace_is_left_alone_with_a_warning():
     pod = gpu_pod(HAMI_HALF)
     pod["spec"]["schedulerName"] = "volcano"
-    decision = decide(pod)
+    bypass = Options(bypass_namespaces=frozenset({"team"}))
+    decision = decide(pod, options=bypass)
     assert decision.allowed and decision.result is Result.SKIPPED and decision.patch == ()
     (warning,) = decision.warnings
     assert warning == ("spec.schedulerName=volcano: gpuslice will not place or cap this pod; "
                        "remove it to use gpuslice")
     pod["spec"]["schedulerName"] = "x" * 300
-    assert len(decide(pod).warnings[0]) <= 120, "kube-apiserver asks for at most 120 characters"
+    assert len(decide(pod, options=bypass).warnings[0]) <= 120, \
+        "kube-apiserver asks for at most 120 characters"
 
 
 # --- label ----------------------------------------------------------------------------------
