@@ -16,6 +16,7 @@ Tests: tests/unit/node/test_nvml.py, tests/gpu/test_node_agent_on_gpu.py
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 import uuid as uuid_mod
@@ -546,6 +547,9 @@ class _FakeXid(msgspec.Struct, forbid_unknown_fields=True):
 class _FakeFile(msgspec.Struct, forbid_unknown_fields=True):
     gpus: list[_FakeGPU]
     xids: list[_FakeXid] = msgspec.field(default_factory=list)
+    # fault injection: SIGKILL the process right after a MIG instance is made (tests of an
+    # agent killed between create and its Allocate answer)
+    kill_after_mig_create: bool = msgspec.field(name="killAfterMigCreate", default=False)
 
 
 def fake_uuid(i: int) -> str:
@@ -574,6 +578,7 @@ class _FakeMigMixin:
     gpus: list[_FakeGPU]
     path: Path | None
     _mig_memory: _FakeMigState | None
+    _kill_after_mig_create: bool
 
     def _gpu(self, uuid: str) -> _FakeGPU: ...  # type: ignore[empty-body]
 
@@ -645,6 +650,8 @@ class _FakeMigMixin:
         have.append(_FakeInstance(gi_id=gi_id, profile=profile, start=start, size=p.size,
                                   uuid=mig_uuid))
         self._mig_save(state)
+        if self._kill_after_mig_create:
+            os.kill(os.getpid(), signal.SIGKILL)
         return MigDevice(gpu=uuid, gi_id=gi_id, profile=profile, start=start, size=p.size,
                          uuid=mig_uuid)
 
@@ -688,6 +695,7 @@ class FakeBackend(_FakeMigMixin):
     _queue: list[HealthEvent] = field(default_factory=list)
     _wake: threading.Event = field(default_factory=threading.Event)
     _mig_memory: _FakeMigState | None = None
+    _kill_after_mig_create: bool = False
 
     @classmethod
     def with_count(cls, count: int, *, memory_mib: int = 16384) -> FakeBackend:
@@ -720,7 +728,7 @@ class FakeBackend(_FakeMigMixin):
                 raise ConfigError(f"--gpu-backend fake:{self.path}: {exc}; fix the file (keys: "
                                   "gpus[].uuid/model/memoryMiB/smCount/numaNode/nvlinkPeers/minor/"
                                   "utilisation/temperature/powerWatts/lost/processes/"
-                                  "mig{capable,enabled,pending}, "
+                                  "mig{capable,enabled,pending}, killAfterMigCreate, "
                                   "xids[].uuid/xid)") from None
             return  # a half-written file during a test's edit: keep the last good state
         if not parsed.gpus:
@@ -729,6 +737,7 @@ class FakeBackend(_FakeMigMixin):
         if self.gpus and [g.uuid for g in self.gpus] != [g.uuid for g in parsed.gpus]:
             return  # GPUs do not come and go while running; only their state changes
         self.gpus = parsed.gpus
+        self._kill_after_mig_create = parsed.kill_after_mig_create
         for x in parsed.xids[self._xids_seen:]:
             self._queue.append(HealthEvent(uuid=x.uuid, xid=x.xid))
         self._xids_seen = max(self._xids_seen, len(parsed.xids))
