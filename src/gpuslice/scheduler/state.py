@@ -69,9 +69,14 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(spec.get(key), list):
             out_spec[key] = [{k: c[k] for k in _CONTAINER_KEYS if k in c}
                              for c in spec[key] if isinstance(c, Mapping)]
-    phase = (pod.get("status") or {}).get("phase")
+    status = pod.get("status") or {}
+    out_status = {"phase": status["phase"]} if status.get("phase") else {}
+    for key in ("initContainerStatuses", "containerStatuses"):  # the kubelet admitted it
+        if status.get(key):
+            out_status[key] = [{"name": c.get("name")} for c in status[key]
+                               if isinstance(c, Mapping)]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": out_meta, "spec": out_spec,
-            "status": {"phase": phase} if phase else {}}
+            "status": out_status}
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -87,7 +92,7 @@ class _Facts(msgspec.Struct, frozen=True):
     bound_at: float | None
     flight: handoff.Flight | None  # computed without a timeout; the reader checks the age
     source: tuple[Any, ...]  # what they were read from: uid, deleting, our three annotations,
-    #                          spec.nodeName, the managed label
+    #                          spec.nodeName, the managed label, admitted by the kubelet
 
 
 class _Assumed(msgspec.Struct, frozen=True):
@@ -320,7 +325,8 @@ class ExtenderState:
         source = (uid, bool(meta.get("deletionTimestamp")),
                   *(ann.get(k) for k in (codec.ASSIGNMENT_ANNOTATION, handoff.BOUND_AT,
                                          handoff.ALLOCATED)),
-                  node, isinstance(labels, Mapping) and labels.get(handoff.MANAGED_LABEL) == "true")
+                  node, isinstance(labels, Mapping) and labels.get(handoff.MANAGED_LABEL) == "true",
+                  handoff.admitted(pod))
         old = self._facts.get(key)
         if old is not None and old.source == source:  # a status update
             return old
@@ -345,6 +351,8 @@ class ExtenderState:
                 assignment: PodAssignment, bound_at: float | None) -> handoff.Flight | None:
         """handoff.flight_of(pod), skipped where its answer is already known."""
         uid, deleting, _, _, allocated = source[:5]
+        if source[7]:
+            return None  # the kubelet has admitted it: no Allocate can be for it any more
         a = self._assumed.get(key)
         if a is not None and a.flight is not None and a.uid == uid and not deleting \
                 and not allocated and a.assignment == assignment \

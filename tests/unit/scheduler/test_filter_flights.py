@@ -42,3 +42,17 @@ def test_a_pod_is_never_kept_waiting_for_its_own_flight():
     again = pod("first", mem=2048)  # the pod in flight, asked about again with another size
     again["metadata"]["resourceVersion"] = "11"
     assert refused(ev, again) == {}, "another pod's kept answer must not apply to it"
+
+
+def test_the_kubelets_first_status_ends_the_flight_before_the_agents_mark():
+    """The kubelet writes container statuses only after admission, which allocated every GPU
+    container: no Allocate can be for that pod any more, whatever the agent wrote so far."""
+    first = assigned(pod("first", mem=4096), "n1", ["GPU-n1-0"])
+    ev = evaluator(first)
+    assert refused(ev, pod("second", mem=2048)) == {"n1": WAIT}
+    admitted = assigned(pod("first", mem=4096), "n1", ["GPU-n1-0"])
+    admitted["status"] = {"phase": "Pending", "containerStatuses": [
+        {"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+    ev.state.on_pod("MODIFIED", admitted)
+    assert refused(ev, pod("third", mem=2048)) == {}, "admitted: nothing to confuse"
+    assert ev.state.held("default/first") is not None, "its slices stay held"
