@@ -34,6 +34,8 @@ CLUSTER = ["--kube-version", KUBE_VERSION,
            "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
            "--api-versions", "resource.k8s.io/v1/DeviceClass"]
 CRD_KINDS = {"Certificate", "Issuer", "ServiceMonitor"}  # not in the core schema
+PLACEMENT = "-placement-annotations"  # the ValidatingAdmissionPolicy that guards placement
+AGENT_SCOPE = "-node-agent-scope"  # ... and the one that holds each node agent to its node
 
 CASES = {
     "default": [],
@@ -226,9 +228,9 @@ def test_opted_out_namespaces_never_reach_the_webhook_and_opted_out_pods_do():
 def test_placement_annotations_are_guarded_where_the_cluster_can():
     kinds = {o["kind"] for o in render("default")}
     assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
-    policy = find(render("default"), "ValidatingAdmissionPolicy")
+    policy = find(render("default"), "ValidatingAdmissionPolicy", PLACEMENT)
     expression = policy["spec"]["validations"][0]["expression"]
-    assert "system:serviceaccount:gpuslice-system:" in expression
+    assert "variables.placer" in expression  # gpuslice's accounts: the next tests
     for key in (handoff.BOUND_AT, handoff.ALLOCATED, "gpuslice.io/assignment"):
         assert key in expression
     old = {o["kind"] for o in render("Kubernetes 1.28 (no ValidatingAdmissionPolicy)")}
@@ -336,26 +338,62 @@ def test_the_webhook_survives_a_drain_and_a_lost_node():
         "one replica: a budget would only block drains"
 
 
-def test_the_policy_exempts_exactly_gpuslices_extender_and_node_agent():
+def test_the_policy_exempts_the_extender_and_each_node_agent_on_its_own_node_only():
     objs = render("default")
-    policy = find(objs, "ValidatingAdmissionPolicy")
+    policy = find(objs, "ValidatingAdmissionPolicy", PLACEMENT)
     accounts = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
     extender = find(objs, "Deployment", "-scheduler")["spec"]["template"]["spec"][
         "serviceAccountName"]
     agent = find(objs, "DaemonSet", "-node-agent")["spec"]["template"]["spec"][
         "serviceAccountName"]
     ours = {f"system:serviceaccount:gpuslice-system:{sa}" for sa in (extender, agent)}
+    placer = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}["placer"]
+    named = {q for q in _cel_strings(placer) if q.startswith("system:serviceaccount:")}
+    assert named == ours, "no other account of the namespace (certgen, webhook) is exempt"
+    assert "authentication.kubernetes.io/node-name" in _cel_strings(placer), \
+        "the agent only on pods bound to the node of its token"
+    assert "oldObject.spec.nodeName" in placer
     for i in (0, 1):  # the two UPDATE rules
-        named = {q for q in _cel_strings(policy["spec"]["validations"][i]["expression"])
-                 if q.startswith("system:serviceaccount:")}
-        assert named == ours, "no other account of the namespace (certgen, webhook) is exempt"
+        expression = policy["spec"]["validations"][i]["expression"]
+        assert "variables.placer" in expression
+        assert not {q for q in _cel_strings(expression) if q.startswith("system:")}
     assert {extender, agent} <= accounts
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
     assert {r for rule in rules for r in rule["resources"]} == {
         "pods", "pods/status", "pods/ephemeralcontainers"}
     assert {o for rule in rules for o in rule["operations"]} == {"CREATE", "UPDATE"}
-    assert find(objs, "ValidatingAdmissionPolicyBinding")["spec"]["validationActions"] == [
-        "Deny"]
+    assert find(objs, "ValidatingAdmissionPolicyBinding", PLACEMENT)["spec"][
+        "validationActions"] == ["Deny"]
+
+
+@pytest.mark.parametrize("case", ["default", "DRA"])
+def test_each_node_agent_is_held_to_its_own_node(case):
+    objs = render(case)
+    spec = find(objs, "ValidatingAdmissionPolicy", AGENT_SCOPE)["spec"]
+    agent = find(objs, "DaemonSet", "-node-agent")["spec"]["template"]["spec"][
+        "serviceAccountName"]
+    (condition,) = spec["matchConditions"]
+    assert _cel_strings(condition["expression"]) == {
+        f"system:serviceaccount:gpuslice-system:{agent}"}, "it judges the agent alone"
+    resources = {(g, r) for rule in spec["matchConstraints"]["resourceRules"]
+                 for g in rule["apiGroups"] for r in rule["resources"]}
+    written = {("", "nodes"), ("", "pods")} | (
+        {("resource.k8s.io", "resourceslices")} if case == "DRA" else set())
+    assert resources == written
+    role = find(objs, "ClusterRole", "-node-agent")
+    writes = {(g, r) for rule in role["rules"] for g in rule["apiGroups"]
+              for r in rule["resources"]
+              if set(rule["verbs"]) & {"create", "update", "patch", "delete"}}
+    assert writes - {("", "events"), ("resource.k8s.io", "resourceclaims/status"),
+                     ("resource.k8s.io", "resourceclaims/driver")} == written, \
+        "every object the agent may write but events and its claims' status is in the policy"
+    assert find(objs, "ValidatingAdmissionPolicyBinding", AGENT_SCOPE)["spec"][
+        "validationActions"] == ["Deny"]
+    off = run_helm("template", "t", str(CHART), *CLUSTER, "--set", "nodeAgent.ownNodeOnly=false")
+    assert off.returncode == 0, off.stderr
+    assert "node-agent-scope" not in off.stdout
+    assert "authentication.kubernetes.io/node-name" not in off.stdout, \
+        "without the policy the placement rule does not ask for a node name either"
 
 
 def test_the_policy_says_what_the_webhook_says():
@@ -366,7 +404,7 @@ def test_the_policy_says_what_the_webhook_says():
         TENANT_ANNOTATIONS,
     )
 
-    policy = find(render("default"), "ValidatingAdmissionPolicy")["spec"]
+    policy = find(render("default"), "ValidatingAdmissionPolicy", PLACEMENT)["spec"]
     variables = {v["name"]: v["expression"] for v in policy["variables"]}
     assert _cel_strings(variables["gpuResources"]) == set(dialects.RESOURCE_NAMES)
     create_annotations, create_labels, device_env = (
@@ -378,7 +416,8 @@ def test_the_policy_says_what_the_webhook_says():
     assert {"kube-system", "gpuslice-system"} <= device_env, \
         "the namespaces the webhook leaves out (the node agent asks for every GPU)"
     other = render("custom images, ports and configs")
-    assert "ValidatingAdmissionPolicy" not in {o["kind"] for o in other}
+    assert not [o for o in other if o["kind"] == "ValidatingAdmissionPolicy" and
+                o["metadata"]["name"].endswith(PLACEMENT)]
 
 
 def test_docs_show_the_policy_and_match_conditions_the_chart_renders():
@@ -399,8 +438,8 @@ def test_docs_show_the_policy_and_match_conditions_the_chart_renders():
     documented = [o for block in re.findall(r"```yaml\n(.*?)```", doc, re.S)
                   for o in yaml.safe_load_all(block) if o]
     for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
-        (want,) = [o for o in chart if o["kind"] == kind]
-        (got,) = [o for o in documented if o["kind"] == kind]
+        want = find(chart, kind, PLACEMENT)
+        got = find(documented, kind, PLACEMENT)
         assert squeeze(got) == squeeze(want), f"docs/webhook.md's {kind} is not the chart's"
     (want,) = find(chart, "MutatingWebhookConfiguration")["webhooks"]
     (got,) = next(o for o in documented if o["kind"] == "MutatingWebhookConfiguration")[

@@ -29,6 +29,7 @@ from typing import Any
 
 from aiohttp import web
 from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from gpuslice import handoff, model, ops
@@ -42,6 +43,7 @@ from gpuslice.kube import errors as kerrors
 from gpuslice.kube.cache import Change, Informer
 from gpuslice.node import allocate as alloc
 from gpuslice.node import mig as mig_mode
+from gpuslice.node import path as gpu_path
 from gpuslice.node import verify
 from gpuslice.node.cluster import Cluster
 from gpuslice.node.exporter import AgentMetrics, UsageCollector
@@ -60,6 +62,7 @@ __all__ = ["Agent", "remove_dra_slices", "run"]
 
 log = logging.getLogger(__name__)
 DRA_SWEEP_S = 60.0  # how often prepared claims are checked for deletion (dra/plugin.sweep)
+NODE_WAIT_S = 10.0  # at start, how long the GPU path waits for the Node's label (then: journal)
 
 
 def _fully_allocated(pod: dict[str, Any]) -> bool:
@@ -106,16 +109,22 @@ class Agent:
         self.inventory = Inventory(self.devices, cfg, self.cluster.set_node_annotation,
                                    decorate=self.mig.decorate if self.mig else None)
         self._pod_views = alloc.PodViews(cfg.node_name)
+        self.path = gpu_path.GpuPath(
+            state / "gpu-path", default=cfg.gpu_path,
+            available=[p for p, ok in ((gpu_path.DEVICE_PLUGIN, cfg.resources),
+                                       (gpu_path.DRA, cfg.dra.enabled)) if ok])
+        self._path_due = asyncio.Event()
+        self._serving: dict[str, list[asyncio.Task[Any]]] = {}  # path -> its running loops
+        self.node_watch: Informer[dict[str, Any]] = Informer(
+            client, Node, fields={"metadata.name": cfg.node_name}, handler=self._on_node,
+            name="this node")
         self._init_dra(client, state)
         self.metrics = AgentMetrics()
         self.metrics.add_usage(UsageCollector(
             backend, self.regions_root, self.gpus, self._pod_names, self._assignments,
             claims_root=self.dra.root if self.dra else None,
             claims=self.dra.prepared if self.dra else dict))
-        self.plugins = [DevicePlugin(r, self) for r in cfg.resources]
-        self.kubelet = KubeletLink(
-            cfg.device_plugin_dir, self.plugins,
-            on_registered=lambda r: self.metrics.registrations.labels(r).inc())
+        self._new_device_plugins()
         self.watchdog = Watchdog(backend, self.regions_root, cfg.watchdog, gpus=self.gpus,
                                  assignments=self._assignments, pods_fresh=self._pods_fresh,
                                  claims_root=self.dra.root if self.dra else None,
@@ -144,20 +153,34 @@ class Agent:
             devices=lambda: dra_claims.node_devices(self.gpus(), d.memory_step_mib, minors),
             state_dir=state, cdi_dir=d.cdi_dir, layout=self.layout,
             grace_s=self.cfg.watchdog.region_grace_seconds)
-        # a starting kubelet deletes the node's ResourceSlices, then registers the plugins it
-        # finds: publish again at every registration
-        self.dra_link = DraLink(self.dra, driver=d.driver_name, plugin_dir=d.plugin_dir,
-                                registry_dir=d.registry_dir, on_registered=self._slices_due.set)
         first = self.devices[0]
         self.publisher = SlicePublisher(client, self.cfg.node_name, d, log=log,
                                         events=self.cluster.events,
                                         driver_version=first.driver_version,
                                         cuda_driver_version=first.cuda_driver_version)
+        self._new_dra_link(client)
+
+    def _new_dra_link(self, client: AsyncClient) -> None:
+        """Fresh kubelet link and slice watch (each serves once: the GPU path restarts them)."""
+        assert self.dra is not None and self.publisher is not None
+        d = self.cfg.dra
+        # a starting kubelet deletes the node's ResourceSlices, then registers the plugins it
+        # finds: publish again at every registration
+        self.dra_link = DraLink(self.dra, driver=d.driver_name, plugin_dir=d.plugin_dir,
+                                registry_dir=d.registry_dir, on_registered=self._slices_due.set)
         # a slice deleted or edited by someone else (the kubelet deletes them when it starts,
         # possibly after our registration's publish) is published again at once
         self.slice_watch = Informer(client, ResourceSlice,
                                     fields={"metadata.name": self.publisher.name},
                                     handler=self._on_slice, name="resourceslices")
+
+    def _new_device_plugins(self) -> None:
+        """Fresh device plugins and kubelet link, offering what the GPU path allows."""
+        self.plugins = [DevicePlugin(r, gpu_path.Offer(self, self.path))
+                        for r in self.cfg.resources]
+        self.kubelet = KubeletLink(
+            self.cfg.device_plugin_dir, self.plugins,
+            on_registered=lambda r: self.metrics.registrations.labels(r).inc())
 
     def _on_slice(self, change: Change[dict[str, Any]]) -> None:
         """Publish again when the slice is gone or is not the version we last wrote."""
@@ -261,10 +284,16 @@ class Agent:
         return next((p for p in self.cluster.pods() if p["metadata"].get("uid") == uid), None)
 
     def ready(self) -> str | None:
-        missing = [p.resource for p in self.plugins if p.resource not in self.kubelet.registered]
-        if self.dra_link is not None and not self.dra_link.registered:
+        missing = [p.resource for p in self.plugins if p.resource not in self.kubelet.registered
+                   and gpu_path.DEVICE_PLUGIN in self._serving]
+        if gpu_path.DRA in self._serving and self.dra_link is not None and \
+                not self.dra_link.registered:
             missing.append(f"the DRA driver {self.cfg.dra.driver_name}")
         problems = [f"not registered with the kubelet for {', '.join(missing)}"] if missing else []
+        if not self._serving:
+            problems.append("serving no GPU path yet (waiting for this Node's labels)")
+        if self.path.problem:
+            problems.append(self.path.problem)
         if self.publisher is not None and self.publisher.problem:
             problems.append(self.publisher.problem)
         return "; ".join(problems) or None
@@ -359,7 +388,7 @@ class Agent:
         while not self._stop.is_set():
             self._slices_due.clear()
             try:
-                await self.publisher.publish(self.gpus())
+                await self.publisher.publish(self.path.advertised(gpu_path.DRA, self.gpus()))
                 wait, failing = self.cfg.inventory_interval_seconds, 0.0
             except Exception as exc:  # API errors, a GPU below one memory step (ConfigError)
                 wait = failing = min(self.cfg.inventory_interval_seconds, 2 * failing or 5.0)
@@ -375,6 +404,76 @@ class Agent:
         live = {str(p["metadata"].get("uid")) for p in self.cluster.pods()} \
             if self._pods_fresh() else None
         await self.dra.sweep(live_pods=live)
+
+    # ---- the node's GPU path (node/path.py): one of device plugins and DRA serves
+    def _on_node(self, change: Change[dict[str, Any]]) -> None:
+        self.path.on_node(change.new)
+        self._path_due.set()
+
+    async def _holders(self) -> list[str] | None:
+        """Who holds GPUs through the current path (None: cannot tell)."""
+        if self.path.current == gpu_path.DRA:
+            return sorted(c.key for c in self.dra.prepared().values()) if self.dra else []
+        return await gpu_path.device_plugin_holders(self.cfg.pod_resources_socket)
+
+    async def _follow_path(self) -> None:
+        """Serve the node's path; switch when its label asks and nothing holds the old one."""
+        with contextlib.suppress(TimeoutError):  # the label first; if the API is away: journal
+            await asyncio.wait_for(self.node_watch.synced.wait(), NODE_WAIT_S)
+        if self.node_watch.synced.is_set():
+            self.path.on_node(next(iter(self.node_watch.store.values()), None))
+        while not self._stop.is_set():
+            self._path_due.clear()
+            try:
+                holders = await self._holders() if self.path.switching() else []
+                if self.path.settle(holders):  # drains now, or drains no more
+                    for p in self.plugins:
+                        await p.changed()
+                    self._slices_due.set()
+                await self._serve_path()
+            except Exception:
+                log.exception("following the node's GPU path failed; continuing")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._path_due.wait(), self.cfg.verify_interval_seconds)
+
+    async def _serve_path(self) -> None:
+        """Start what the current path needs, stop the other (DRA also serves while claims it
+        prepared are left: the kubelet unprepares them through it)."""
+        want = {gpu_path.DEVICE_PLUGIN: self.path.current == gpu_path.DEVICE_PLUGIN,
+                gpu_path.DRA: self.dra is not None and (
+                    self.path.current == gpu_path.DRA or bool(self.dra.prepared()))}
+        for path in [p for p, on in want.items() if not on and p in self._serving]:
+            await self._stop_path(path, leaving=True)  # first: never two paths at once
+        for path in [p for p, on in want.items() if on and p not in self._serving]:
+            self._serving[path] = [asyncio.create_task(c) for c in self._path_loops(path)]
+            log.info("serving the GPUs through %s", path, extra={"node": self.cfg.node_name})
+
+    def _path_loops(self, path: str) -> list[Awaitable[None]]:
+        if path == gpu_path.DEVICE_PLUGIN:
+            return [self.kubelet.run()]
+        assert self.dra_link is not None and self.slice_watch is not None
+        return [self.dra_link.run(), self._publish_slices(), self.slice_watch.run(),
+                self._every(DRA_SWEEP_S, self._dra_sweep)]
+
+    async def _stop_path(self, path: str, *, leaving: bool) -> None:
+        """Stop serving `path`; `leaving` (the node moved to the other path): DRA's slice is
+        deleted too (a plain stop keeps it: remove_dra_slices at uninstall)."""
+        tasks = self._serving.pop(path)
+        if path == gpu_path.DEVICE_PLUGIN:
+            await self.kubelet.stop()
+        elif self.dra_link is not None:
+            await self.dra_link.stop()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if not leaving:
+            return
+        if path == gpu_path.DEVICE_PLUGIN:  # a link serves once: fresh ones for a way back
+            self._new_device_plugins()
+        elif self.publisher is not None:
+            await self.publisher.remove()
+            self._new_dra_link(self.publisher.client)
+        log.info("stopped serving the GPUs through %s", path)
 
     async def _every(self, seconds: float, step: Callable[[], Awaitable[None]]) -> None:
         while not self._stop.is_set():
@@ -426,17 +525,13 @@ class Agent:
         self.inventory.update({})
         await self.serve_http()
         loops = [
-            self.cluster.run(), self.kubelet.run(),
+            self.cluster.run(), self.node_watch.run(), self._follow_path(),
             self._every(0, lambda: self._health_once(self.cfg.health_interval_seconds)),
             self._every(self.cfg.verify_interval_seconds, self._verify_once),
             self._every(self.cfg.watchdog.interval_seconds, self._watchdog_once),
             self._every(1.0, self._gauges),
             *([self._every(self.cfg.verify_interval_seconds, self._mig_once)] if self.mig else []),
         ]
-        if self.dra_link is not None:
-            assert self.slice_watch is not None
-            loops += [self.dra_link.run(), self._publish_slices(), self.slice_watch.run(),
-                      self._every(DRA_SWEEP_S, self._dra_sweep)]
         tasks = [asyncio.create_task(c) for c in loops]
         log.info("node agent serving", extra={"node": self.cfg.node_name,
                                                "gpus": len(self.gpus()),
@@ -444,9 +539,8 @@ class Agent:
         try:
             await self._stop.wait()
         finally:
-            await self.kubelet.stop()
-            if self.dra_link is not None:  # the slice stays: remove_dra_slices at uninstall
-                await self.dra_link.stop()
+            for path in list(self._serving):
+                await self._stop_path(path, leaving=False)
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -458,6 +552,7 @@ class Agent:
     def stop(self) -> None:
         self._stop.set()
         self._slices_due.set()
+        self._path_due.set()
 
 
 async def _main(cfg: NodeConfig, backend_spec: str, library: str | None) -> None:

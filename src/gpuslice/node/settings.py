@@ -61,6 +61,9 @@ class NodeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     state_dir: str = msgspec.field(name="stateDir", default="/var/lib/gpuslice")
     resources: list[str] = msgspec.field(
         default_factory=lambda: list(handoff.DEVICE_RESOURCES.values()))
+    # the node's GPUs go to one path: its label gpuslice.io/gpu-path, else this (node/path.py)
+    gpu_path: Literal["device-plugin", "dra"] = msgspec.field(name="gpuPath",
+                                                             default="device-plugin")
     # per-node overrides of what the inventory says
     split_count: int = msgspec.field(name="splitCount", default=10)
     memory_scaling: float = msgspec.field(name="memoryScaling", default=1.0)
@@ -102,9 +105,16 @@ def _check(c: NodeConfig, where: str) -> None:
         problems.append(f"memoryScaling={c.memory_scaling}: use a factor in (0, 10]; 1 = the "
                         "GPU's real memory")
     unknown = [r for r in c.resources if r not in handoff.REPLICAS_PER_GPU]
-    if unknown or not c.resources:
+    if unknown or not (c.resources or c.dra.enabled):
         problems.append(f"resources={c.resources}: use some of "
-                        f"{', '.join(handoff.REPLICAS_PER_GPU)}")
+                        f"{', '.join(handoff.REPLICAS_PER_GPU)} (none only with dra.enabled: "
+                        "a node that serves DRA alone)")
+    if c.gpu_path == "dra" and not c.dra.enabled:
+        problems.append("gpuPath=dra without dra.enabled: enable DRA (the chart's dra.enabled) "
+                        "or use gpuPath=device-plugin")
+    if c.gpu_path == "device-plugin" and not c.resources:
+        problems.append("gpuPath=device-plugin with resources=[]: name the device resources to "
+                        "serve, or use gpuPath=dra")
     port = c.metrics_address.rpartition(":")[2]
     if not port.isdigit() or not 0 <= int(port) < 65536:
         problems.append(f"metricsAddress={c.metrics_address!r}: use HOST:PORT, e.g. 0.0.0.0:9400")

@@ -48,7 +48,7 @@ class DraNode:
 
 def config(base: Path) -> Any:
     return load(None, flags={
-        "nodeName": NODE, **agent_paths(base), "healthIntervalSeconds": 0.05,
+        "nodeName": NODE, **agent_paths(base), "healthIntervalSeconds": 0.05, "gpuPath": "dra",
         "dra": {"enabled": True, "pluginDir": str(base / "plugins" / DRIVER),
                 "registryDir": str(base / "registry"), "cdiDir": str(base / "cdi")}}, environ={})
 

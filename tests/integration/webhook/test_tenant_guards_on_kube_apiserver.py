@@ -46,8 +46,8 @@ def rendered() -> list[dict[str, Any]]:
     return copy.deepcopy(render("default"))
 
 
-def one(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    (got,) = [o for o in objs if o["kind"] == kind]
+def one(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    (got,) = [o for o in objs if o["kind"] == kind and name in (None, o["metadata"]["name"])]
     return got
 
 
@@ -76,10 +76,13 @@ class Api:
         self.kube_api = kube_api
 
     async def call(self, method: str, path: str, body: Any = None, *, user: str | None = None,
-                   content_type: str = "application/json", **params: str) -> tuple[int, Any]:
+                   content_type: str = "application/json", node: str | None = None,
+                   **params: str) -> tuple[int, Any]:
         headers = {"Content-Type": content_type}
         if user is not None:
             headers |= {"Impersonate-User": user, "Impersonate-Group": "system:masters"}
+        if node is not None:  # what a pod-bound token of a pod on `node` carries
+            headers["Impersonate-Extra-authentication.kubernetes.io%2fnode-name"] = node
         async with self.kube_api.http() as http:
             reply = await http.request(method, path, params=params or None, headers=headers,
                                        content=None if body is None else json.dumps(body))
@@ -92,10 +95,11 @@ class Api:
                                **params)
 
     async def patch(self, name: str, patch: dict[str, Any], *, user: str | None = "alice",
-                    subresource: str = "", namespace: str = "default") -> tuple[int, Any]:
+                    subresource: str = "", namespace: str = "default",
+                    node: str | None = None) -> tuple[int, Any]:
         path = f"/api/v1/namespaces/{namespace}/pods/{name}" + (
             f"/{subresource}" if subresource else "")
-        return await self.call("PATCH", path, patch, user=user,
+        return await self.call("PATCH", path, patch, user=user, node=node,
                                content_type="application/strategic-merge-patch+json")
 
     async def admin_create(self, kind_path: str, body: dict[str, Any]) -> None:
@@ -127,8 +131,8 @@ async def guarded(kube_api, api) -> AsyncIterator[Api]:
     """The chart's ValidatingAdmissionPolicy and its binding, in force; removed afterwards
     (the test tier's reset does not delete policies, and this one binds the admin too)."""
     objs = rendered()
-    policy = one(objs, "ValidatingAdmissionPolicy")
-    binding = one(objs, "ValidatingAdmissionPolicyBinding")
+    policy = one(objs, "ValidatingAdmissionPolicy", "t-gpuslice-placement-annotations")
+    binding = one(objs, "ValidatingAdmissionPolicyBinding", "t-gpuslice-placement-annotations")
     base = "/apis/admissionregistration.k8s.io/v1"
     await api.admin_create(f"{base}/validatingadmissionpolicies", policy)
     await api.admin_create(f"{base}/validatingadmissionpolicybindings", binding)
@@ -233,13 +237,20 @@ async def test_nobody_but_gpuslice_adds_changes_or_removes_a_key_after_creation(
 
 async def test_the_node_agent_and_the_extender_may_write_the_placement(guarded):
     code, reply = await guarded.create(pod("placed", limits={"nvidia.com/gpu": "1"},
-                                           labels={"gpuslice.io/managed": "true"}))
+                                           labels={"gpuslice.io/managed": "true"},
+                                           nodeName="gpu-node-1"))
     assert code == 201, reply
-    for user, ann in ((EXTENDER, {"gpuslice.io/assignment": FORGED}),
-                      (AGENT, {"gpuslice.io/allocated": "c"})):
+    for user, node, ann in ((EXTENDER, None, {"gpuslice.io/assignment": FORGED}),
+                            (AGENT, "gpu-node-1", {"gpuslice.io/allocated": "c"})):
         code, reply = await guarded.patch("placed", {"metadata": {"annotations": ann}},
-                                          user=user)
+                                          user=user, node=node)
         assert code == 200, (user, reply)
+    # the node agent only on its own node's pods (tests/deploy/test_node_agent_scope_on_
+    # kube_apiserver.py: the same with real pod-bound tokens)
+    for node in ("gpu-node-2", None):
+        refused(*await guarded.patch("placed", {"metadata": {"annotations": {
+            "gpuslice.io/allocated": "c,d"}}}, user=AGENT, node=node),
+            "written by gpuslice only")
     refused(*await guarded.patch("placed", {"metadata": {"annotations": {
         "gpuslice.io/allocated": "c,d"}}}, user=f"system:serviceaccount:{NS}:default"),
         "written by gpuslice only")  # another account of the same namespace is no one special

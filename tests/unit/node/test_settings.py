@@ -34,3 +34,20 @@ def test_bad_values_are_config_errors_naming_the_key(tmp_path, text, needle):
 def test_a_missing_node_name_says_how_to_pass_it():
     with pytest.raises(ConfigError, match="--node-name"):
         load(None, environ={})
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    ({"gpuPath": "dra"}, "gpuPath=dra without dra.enabled"),
+    ({"resources": []}, "none only with dra.enabled"),
+    ({"resources": [], "dra": {"enabled": True}}, "gpuPath=device-plugin with resources=\\[\\]"),
+    ({"gpuPath": "mig"}, "gpuPath"),
+])
+def test_a_gpu_path_the_agent_cannot_serve_is_refused_at_start(flags, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load(None, flags={"nodeName": "n", **flags}, environ={})
+
+
+def test_a_dra_only_node_needs_no_device_resources():
+    c = load(None, flags={"nodeName": "n", "resources": [], "gpuPath": "dra",
+                          "dra": {"enabled": True}}, environ={})
+    assert (c.gpu_path, c.resources) == ("dra", [])
