@@ -37,7 +37,8 @@ def gpu_pod(name: str, limits: dict[str, str], namespace: str = "default") -> Po
 async def webhook(kube_api, tmp_path):
     client = kube_api.async_client()
     cfg = config.WebhookConfig(address="127.0.0.1", port=0, cert_file=str(tmp_path / "tls.crt"),
-                               key_file=str(tmp_path / "tls.key"), check_namespace_labels=True)
+                               key_file=str(tmp_path / "tls.key"), check_namespace_labels=True,
+                               bypass_namespaces=["gpu-operator"])
     await certgen(service="unused", namespace="default", ips=["127.0.0.1"],
                   out_dir=str(tmp_path))
     server = Server(cfg, client=kube_api.async_client())
@@ -49,7 +50,7 @@ async def webhook(kube_api, tmp_path):
             clientConfig=WebhookClientConfig(url=f"https://127.0.0.1:{server.port}/mutate"),
             rules=[RuleWithOperations(apiGroups=[""], apiVersions=["v1"],
                                       operations=["CREATE"], resources=["pods"])],
-            namespaceSelector=OPT_OUT, objectSelector=OPT_OUT)]))
+            namespaceSelector=OPT_OUT)]))  # no objectSelector, as the chart's
     done = await certgen(service="unused", namespace="default", ips=["127.0.0.1"],
                          out_dir=str(tmp_path), webhook_config="gpuslice-webhook",
                          client=client)
@@ -99,6 +100,31 @@ async def test_a_namespace_that_opts_out_gets_its_pods_untouched(webhook):
     pod = await webhook.create(gpu_pod("free", {"nvidia.com/gpumem": "4096"}, "research"))
     assert pod.spec.schedulerName == "default-scheduler"
     assert "gpuslice.io/managed" not in (pod.metadata.labels or {})
+
+
+def _skipping(name: str, how: str, namespace: str = "default") -> Pod:
+    pod = gpu_pod(name, {"nvidia.com/gpu": "1"}, namespace)
+    if how == "label":
+        pod.metadata.labels = {"gpuslice.io/webhook": "disabled"}
+    elif how == "scheduler":
+        pod.spec.schedulerName = "my-scheduler"
+    else:
+        pod.spec.nodeName = "gpu-node-1"
+    return pod
+
+
+@pytest.mark.parametrize("how", ["label", "scheduler", "node"])
+async def test_a_gpu_pod_that_would_skip_gpuslice_is_refused_outside_bypass_namespaces(webhook,
+                                                                                         how):
+    """Issue 20, item 2: such a pod would reach a GPU node's kubelet with no assignment."""
+    with pytest.raises(ApiError) as caught:
+        await webhook.create(_skipping(f"skip-{how}", how))
+    assert caught.value.status.code == 422
+    assert 'admission webhook "pods.gpuslice.io" denied the request: pod: ' in \
+        caught.value.status.message
+    await webhook.create(Namespace(metadata=ObjectMeta(name="gpu-operator")))
+    pod = await webhook.create(_skipping(f"skip-{how}", how, "gpu-operator"))
+    assert "gpuslice.io/managed" not in (pod.metadata.labels or {}), "left alone there"
 
 
 async def test_the_documented_policy_keeps_placement_annotations_to_gpuslice(kube_api,
