@@ -97,12 +97,16 @@ def _lazy(module: str, attr: str) -> Callable[..., Any]:
 @click.option("--jobs", "jobs_file", type=click.Path(dir_okay=False),
               help="Also write each job's node, GPUs, start, wait or never-placed reason to "
                    "this file (.csv or .jsonl), one row per job and policy.")
+@click.option("--gpu-mode", type=click.Choice(["as-is", "shim", "mig", "both"]),
+              default="as-is", show_default=True,
+              help="Shared slices (shim), MIG instances (mig) on every MIG-capable GPU, both "
+                   "side by side, or as the cluster file and pods say (docs/mig.md).")
 def simulate(cluster_file: str, trace_file: str, policies: tuple[str, ...], as_json: bool,
-             no_progress: bool, jobs_file: str | None) -> None:
+             no_progress: bool, jobs_file: str | None, gpu_mode: str) -> None:
     """Replay a job trace on a simulated cluster with the real allocator."""
     _lazy("gpuslice.simulate.command", "run")(
         cluster_file=cluster_file, trace_file=trace_file, policies=policies,
-        as_json=as_json, progress=not no_progress, jobs_file=jobs_file)
+        as_json=as_json, progress=not no_progress, jobs_file=jobs_file, gpu_mode=gpu_mode)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

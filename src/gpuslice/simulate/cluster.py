@@ -15,10 +15,11 @@ from __future__ import annotations
 import re
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
+from gpuslice import mig
 from gpuslice.errors import InputFileError
 from gpuslice.model import GPU, NodeInventory
 from gpuslice.simulate._validate import explain
@@ -43,6 +44,8 @@ _HINTS = {
     "splitCount": "give the most slices per GPU as a whole number >= 1 (default 10)",
     "numaNodes": "give how many NUMA nodes the GPUs are split over (1..GPU count), or leave it out",
     "nvlink": "write true (all GPUs of a node are NVLink peers) or false",
+    "mode": "write shim (shared slices, the default) or mig (MIG instances, docs/mig.md)",
+    "migProfiles": 'list the MIG profiles pods may get, e.g. ["1g.10gb", "3g.40gb"]',
 }
 
 
@@ -57,6 +60,8 @@ class GPUSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     numa_nodes: Annotated[int, msgspec.Meta(ge=1)] | None = msgspec.field(
         default=None, name="numaNodes")
     nvlink: bool = False
+    mode: Literal["shim", "mig"] = "shim"
+    mig_profiles: list[str] | None = msgspec.field(default=None, name="migProfiles")
 
 
 class NodeGroup(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -118,11 +123,37 @@ def parse_cluster(data: Any, *, file: str = "cluster.yaml") -> list[NodeInventor
         if g.numa_nodes is not None and g.numa_nodes > g.count:
             raise _fail(file, f"{where}.gpu.numaNodes",
                         f"{g.numa_nodes} NUMA nodes for {g.count} GPUs (at most one per GPU)")
+        if g.mode == "mig" or g.mig_profiles is not None:
+            _check_mig(file, where, g)
         total += group.count
     if total > MAX_NODES:
         raise _fail(file, "nodeGroups", f"{total} nodes in all, more than {MAX_NODES}")
     return [_node(f"{group.name}-{n:03d}", group.gpu)
             for group in spec.node_groups for n in range(group.count)]
+
+
+def _mig_gpu(spec: GPUSpec) -> mig.MigGPU | None:
+    if spec.mode != "mig":
+        return None
+    table = mig.catalog_for(spec.model, spec.memory_mib)
+    if spec.mig_profiles is not None:
+        table = tuple(p for p in table if p.name in spec.mig_profiles)
+    return mig.MigGPU(profiles=table)
+
+
+def _check_mig(file: str, where: str, g: GPUSpec) -> None:
+    table = mig.catalog_for(g.model, g.memory_mib)
+    if not table:
+        raise _fail(file, f"{where}.gpu.mode", f"no MIG profile table for {g.model!r} with "
+                    f"{g.memory_mib} MiB (MIG tables: A100 40/80GB, H100 80/94GB, H200 141GB)")
+    if g.mode != "mig":
+        raise _fail(file, f"{where}.gpu.migProfiles", "given for a group in shim mode; add "
+                    "`mode: mig` or remove migProfiles")
+    unknown = [n for n in g.mig_profiles or () if n not in {p.name for p in table}]
+    if unknown or g.mig_profiles == []:
+        raise _fail(file, f"{where}.gpu.migProfiles",
+                    f"{', '.join(unknown) or 'empty list'}: not a profile of {g.model} "
+                    f"(it has {', '.join(p.name for p in table)})")
 
 
 def _node(name: str, spec: GPUSpec) -> NodeInventory:
@@ -133,7 +164,7 @@ def _node(name: str, spec: GPUSpec) -> NodeInventory:
         peers = tuple(p for p in uuids if p != u) if spec.nvlink else ()
         gpus.append(GPU(uuid=u, model=spec.model, memory_mib=spec.memory_mib, index=i,
                         sm_count=spec.sm_count, numa_node=numa, nvlink_peers=peers,
-                        split_count=spec.split_count))
+                        split_count=spec.split_count, mig=_mig_gpu(spec)))
     return NodeInventory(node=name, gpus=tuple(gpus))
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
+from gpuslice import mig
 from gpuslice.allocator import Use, footprint
 from gpuslice.model import EXCLUSIVE_CORES, GPU, PodAssignment, PodRequest
 
@@ -62,6 +63,12 @@ class UsageTracker:
         self.slots = [0] * n
         self.excl = [0] * n
         self.threshold = threshold_mib
+        # MIG GPUs: the instances held (start, size) and the profile the median job would get
+        self.spans: dict[int, list[tuple[int, int]]] = {
+            i: [] for i, g in enumerate(self.gpus) if g.mig is not None}
+        self.need = {i: mig.profile_for(g.mig.profiles, threshold_mib)
+                     for i, g in enumerate(self.gpus) if g.mig is not None}
+        self._spans_of: dict[str, dict[str, list[tuple[int, int]]]] = {}
         self.capacity_mib = sum(g.memory_mib for g in self.gpus)
         self.capacity_cores = EXCLUSIVE_CORES * n
         self.used_mib = 0
@@ -74,8 +81,12 @@ class UsageTracker:
         self._held: dict[str, dict[str, Use]] = {}
 
     def _stranded(self, i: int) -> int:
-        """Free MiB on GPU i that the median job could not use (0 if it could)."""
+        """Free MiB on GPU i that the median job could not use (0 if it could). On a MIG GPU:
+        when no free placement is left for the profile the median job gets."""
         free = self.gpus[i].memory_mib - self.mem[i]
+        if i in self.spans:
+            p = self.need[i]
+            return free if p is None or not mig.free_starts(p, self.spans[i]) else 0
         blocked = (self.excl[i] > 0 or self.slots[i] >= self.gpus[i].split_count
                    or free < self.threshold)
         return free if blocked else 0
@@ -103,10 +114,16 @@ class UsageTracker:
             self.peak_cores = max(self.peak_cores, cores)
             self.now = t
 
-    def _apply(self, fp: dict[str, Use], sign: int) -> None:
+    def _apply(self, fp: dict[str, Use], sign: int,
+               spans: dict[str, list[tuple[int, int]]] | None = None) -> None:
         for uuid, f in fp.items():
             i = self.index[uuid]
             self.stranded_mib -= self._stranded(i)
+            for span in (spans or {}).get(uuid, ()):
+                if sign > 0:
+                    self.spans[i].append(span)
+                else:
+                    self.spans[i].remove(span)
             self.mem[i] += sign * f.mem
             self.cores[i] += sign * f.cores
             self.slots[i] += sign * f.slots
@@ -118,10 +135,18 @@ class UsageTracker:
     def hold(self, key: str, assignment: PodAssignment) -> None:
         fp = footprint(assignment)
         self._held[key] = fp
-        self._apply(fp, +1)
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for sl in assignment.slices():
+            g = self.gpus[self.index[sl.uuid]]
+            p = g.mig.profile(sl.mig.profile) if g.mig is not None and sl.mig else None
+            if p is not None and sl.mig is not None:
+                spans.setdefault(sl.uuid, []).append((sl.mig.start, p.size))
+        if spans:
+            self._spans_of[key] = spans
+        self._apply(fp, +1, spans)
 
     def drop(self, key: str) -> None:
-        self._apply(self._held.pop(key), -1)
+        self._apply(self._held.pop(key), -1, self._spans_of.pop(key, None))
 
 
 class Metrics(msgspec.Struct, kw_only=True):
