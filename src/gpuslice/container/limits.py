@@ -41,6 +41,7 @@ class ClaimShares:
     name: str
     shares: tuple[Share, ...]
     pods: tuple[tuple[str, str], ...]  # (name, uid) of the pods in status.reservedFor
+    priority: int = 0  # HAMi's nvidia.com/priority (0 high, 1 low): the claim's opaque config
 
     @property
     def key(self) -> str:
@@ -49,11 +50,13 @@ class ClaimShares:
 
 def region_spec(c: ClaimShares, *, compute_mode: str = "hard") -> RegionSpec:
     """The claim's region: its GPUs in first-seen order, each with the memory of its shares
-    (two shares of one claim on one GPU add up) and the largest cores as sm_limit."""
+    (two shares of one claim on one GPU add up), the largest cores as sm_limit, and the
+    claim's priority."""
     memory: dict[str, int] = {}
     cores: dict[str, int] = {}
     for s in c.shares:
         memory[s.uuid] = memory.get(s.uuid, 0) + s.memory_mib
         cores[s.uuid] = min(FULL_CORES, cores.get(s.uuid, 0) + s.cores)
     return RegionSpec(device_uuids=tuple(memory), limits=tuple(m * MiB for m in memory.values()),
-                      sm_limit=max(cores.values()), compute_mode=compute_mode)
+                      sm_limit=max(cores.values()), compute_mode=compute_mode,
+                      priority=c.priority)

@@ -22,10 +22,17 @@ from typing import Any
 from gpuslice import model
 from gpuslice.container.limits import FULL_CORES, ClaimShares, MiB, Share
 from gpuslice.dra.slices import device_name, published_mib
-from gpuslice.errors import GpusliceError
+from gpuslice.errors import GpusliceError, brief
 from gpuslice.quantity import QuantityError, parse_quantity
 
-__all__ = ["DraError", "NodeDevice", "node_devices", "reserved_pods", "shares"]
+__all__ = ["CONFIG_API_VERSION", "CONFIG_KIND", "DraError", "NodeDevice", "node_devices",
+           "priority", "reserved_pods", "shares"]
+
+# the opaque config a claim may carry for this driver (the webhook writes it for HAMi's
+# nvidia.com/priority; docs/dra.md)
+CONFIG_API_VERSION = "gpu.gpuslice.io/v1alpha1"
+CONFIG_KIND = "ShareConfig"
+_CONFIG_FIELDS = {"apiVersion", "kind", "priority"}
 
 
 class DraError(GpusliceError):
@@ -117,7 +124,30 @@ def shares(claim: Mapping[str, Any], *, driver: str, node: str,
                            "delete the pod and the claim so that another GPU is allocated")
         out.append(_share(r, dev, where))
     return ClaimShares(str(meta.get("uid", "")), str(meta.get("namespace", "")),
-                       str(meta.get("name", "")), tuple(out), reserved_pods(claim))
+                       str(meta.get("name", "")), tuple(out), reserved_pods(claim),
+                       priority(alloc, driver=driver, where=key))
+
+
+def priority(alloc: Mapping[str, Any], *, driver: str, where: str) -> int:
+    """HAMi's priority from the allocation's opaque config of `driver` (kind ShareConfig, which
+    the webhook writes for `nvidia.com/priority`): 0 (high, the default) or 1 (low)."""
+    got = 0
+    for entry in (alloc.get("devices") or {}).get("config") or ():
+        opaque = entry.get("opaque") if isinstance(entry, Mapping) else None
+        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver:
+            continue
+        params = opaque.get("parameters")
+        if not isinstance(params, Mapping) or params.get("apiVersion") != CONFIG_API_VERSION \
+                or params.get("kind") != CONFIG_KIND or set(params) - _CONFIG_FIELDS:
+            raise DraError(f"{where}: opaque config of {driver} {brief(params)}: not a "
+                           f"{CONFIG_API_VERSION} {CONFIG_KIND} (fields: priority); fix the "
+                           "claim's spec.devices.config, or remove it")
+        value = params.get("priority", 0)
+        if value not in (0, 1) or isinstance(value, bool):
+            raise DraError(f"{where}: {CONFIG_KIND} priority={brief(value)}: use 0 (high) or "
+                           "1 (low)")
+        got = max(got, int(value))  # several configs: the lowest priority wins
+    return got
 
 
 def reserved_pods(claim: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -31,9 +31,11 @@ from typing import Any
 
 import msgspec
 
-from gpuslice import codec, dialects, handoff
+from gpuslice import codec, dialects, handoff, model
 from gpuslice.errors import RequestError, brief
+from gpuslice.webhook import dra
 from gpuslice.webhook.bypass import bypass_refused
+from gpuslice.webhook.jsonpointer import pointer
 
 __all__ = ["DEVICE_ENV", "DEVICE_ENV_HIDDEN", "IDENTITY_ENV", "PLACEMENT_ANNOTATIONS",
            "RESERVED_PREFIX", "TENANT_ANNOTATIONS", "Decision", "Options", "Result", "admit",
@@ -88,6 +90,7 @@ class Options(msgspec.Struct, frozen=True, kw_only=True):
     # namespaces whose GPU pods may skip gpuslice's placement (webhook/bypass.py)
     bypass_namespaces: frozenset[str] = frozenset()
     defaults: dialects.Defaults = dialects.Defaults()
+    dra: dra.DraOptions = dra.DraOptions()  # which GPU pods become DRA claims (webhook/dra.py)
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
@@ -99,15 +102,11 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     patch: tuple[dict[str, Any], ...] = ()
     message: str = ""
     warnings: tuple[str, ...] = ()
+    templates: tuple[dict[str, Any], ...] = ()  # ResourceClaimTemplates to create first (DRA)
 
     @property
     def allowed(self) -> bool:
         return self.result is not Result.DENIED
-
-
-def pointer(*parts: str | int) -> str:
-    """An RFC 6901 JSON Pointer: `~` -> `~0`, `/` -> `~1` in each part."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
 def _deny(lines: list[str]) -> Decision:
@@ -124,11 +123,13 @@ def _labels(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | None,
           options: Options, *, kind: str = "Pod", sub_resource: str = "",
-          user: str | None = None, namespace: str = "") -> Decision:
+          user: str | None = None, dra_inventory: dra.Inventory | None = None,
+          namespace: str = "") -> Decision:
     """The decision for a pod admission request. `namespace_labels` None = not known (the
     MutatingWebhookConfiguration's namespaceSelector is then the only namespace opt-out);
     `user` is the request's userInfo.username (only a node may create a mirror pod);
-    `namespace` the request's (else the pod's metadata.namespace), for bypassNamespaces."""
+    `namespace` the request's (else the pod's metadata.namespace), for bypassNamespaces;
+    `dra_inventory`: the cluster's DRA devices, for pods on the DRA path (webhook/dra.py)."""
     if kind != "Pod" or sub_resource:
         return Decision(result=Result.ALLOWED, why=f"not a pod ({kind} {sub_resource})".strip())
     if operation != "CREATE":
@@ -186,6 +187,11 @@ def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | Non
     if not parsed.slices:  # e.g. nvidia.com/gpu: 0 everywhere
         return Decision(result=Result.ALLOWED, why="no slice request")
     gpu = {s.container for s in parsed.slices}
+    try:
+        if dra.route(pod, namespace_labels, options.dra) == dra.DRA:
+            return _on_dra(pod, parsed, gpu, dra_inventory, options.dra)
+    except RequestError as exc:
+        return _deny(exc.problems)
     patch = _patch(pod, labels, scheduler, missing, gpu, options)
     if not patch:
         return Decision(result=Result.ALLOWED, why="GPU pod already as gpuslice needs it")
@@ -318,6 +324,17 @@ def _patch(pod: Mapping[str, Any], labels: Mapping[str, Any] | None, scheduler: 
                 ops.extend(_env_ops(key, i, c))
                 ops.extend(_resource_ops(key, i, c, device.get((key, i), {})))
     return ops
+
+
+def _on_dra(pod: Mapping[str, Any], parsed: model.PodRequest, gpu: set[str],
+            inventory: dra.Inventory | None, options: dra.DraOptions) -> Decision:
+    """The pod as DRA claims (dra.translate) with the same identity env as on the other path."""
+    t = dra.translate(pod, parsed, inventory, options)
+    env = [op for key in ("initContainers", "containers")
+           for i, c in enumerate(pod["spec"].get(key) or ()) if c["name"] in gpu
+           for op in _env_ops(key, i, c)]
+    return Decision(result=Result.PATCHED, why="GPU pod on the DRA path",
+                    patch=(*t.patch, *env), templates=t.templates)
 
 
 def _env_ops(key: str, i: int, c: Mapping[str, Any]) -> list[dict[str, Any]]:

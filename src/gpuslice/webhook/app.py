@@ -19,8 +19,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from aiohttp import web
 
 from gpuslice import dialects, ops
-from gpuslice.webhook import review
+from gpuslice.webhook import dra, review
 from gpuslice.webhook.admit import Decision, Options, Result, admit
+from gpuslice.webhook.dra_cluster import TemplateError, Templates
 from gpuslice.webhook.metrics import Metrics
 
 __all__ = ["MAX_BODY", "make_app"]
@@ -33,8 +34,11 @@ LabelLookup = Callable[[str], Awaitable[Mapping[str, str] | None]]
 
 
 def make_app(options: Options, metrics: Metrics, *, ready: Callable[[], str | None],
-             namespace_labels: LabelLookup | None = None) -> web.Application:
-    """The application; `namespace_labels` None = trust the namespaceSelector alone."""
+             namespace_labels: LabelLookup | None = None,
+             dra_inventory: Callable[[], dra.Inventory | None] = lambda: None,
+             templates: Templates | None = None) -> web.Application:
+    """The application; `namespace_labels` None = trust the namespaceSelector alone;
+    `dra_inventory` and `templates`: for pods on the DRA path (webhook/dra_cluster.py)."""
 
     async def lookup(req: review.Request) -> Mapping[str, str] | None:
         if namespace_labels is None or not req.namespace or req.operation != "CREATE" \
@@ -55,7 +59,9 @@ def make_app(options: Options, metrics: Metrics, *, ready: Callable[[], str | No
         try:
             decision = admit(req.operation, req.object, await lookup(req), options,
                              kind=req.kind.kind, sub_resource=req.sub_resource,
-                             user=req.user_info.username)
+                             user=req.user_info.username, dra_inventory=dra_inventory())
+            if decision.templates and not req.dry_run:  # dryRun: no side effects
+                decision = await _make_templates(decision, templates)
         except Exception:
             metrics.observe(Result.ERROR, time.perf_counter() - start)
             log.exception("admission of %s/%s failed", req.namespace, req.name,
@@ -71,6 +77,19 @@ def make_app(options: Options, metrics: Metrics, *, ready: Callable[[], str | No
     app.router.add_post("/mutate", mutate)
     ops.add_ops_routes(app, ready=ready, registry=metrics.registry)
     return app
+
+
+async def _make_templates(d: Decision, templates: Templates | None) -> Decision:
+    """The DRA pod's templates exist before it is admitted, else it is denied with why."""
+    try:
+        if templates is None:
+            raise TemplateError("the webhook has no API client to create ResourceClaimTemplates "
+                                "with; set dra.enabled in its configuration")
+        for body in d.templates:
+            await templates.ensure(body)
+    except TemplateError as exc:
+        return Decision(result=Result.DENIED, why="ResourceClaimTemplate", message=str(exc))
+    return d
 
 
 def _reply(uid: str, d: Decision) -> bytes:

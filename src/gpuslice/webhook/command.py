@@ -15,6 +15,7 @@ import contextlib
 import logging
 import signal
 import time
+from typing import Any
 
 from aiohttp import web
 from lightkube import AsyncClient
@@ -25,6 +26,8 @@ from gpuslice.errors import EnvironmentProblem
 from gpuslice.kube.client import make_client
 from gpuslice.webhook import config
 from gpuslice.webhook.app import make_app
+from gpuslice.webhook.dra_cluster import SliceInventory, Templates
+from gpuslice.webhook.explain import Explainer
 from gpuslice.webhook.metrics import Metrics
 from gpuslice.webhook.namespaces import NamespaceLabels, fetch_with
 from gpuslice.webhook.tls import ReloadingTLS
@@ -44,6 +47,8 @@ class Server:
         self._client = client
         self._runner: web.AppRunner | None = None
         self._watch: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.inventory: SliceInventory | None = None
         self.port = 0
 
     def _ready(self) -> str | None:
@@ -53,20 +58,23 @@ class Server:
 
     async def start(self) -> None:
         lookup = None
-        if self.cfg.check_namespace_labels:
-            if self._client is None:
-                try:
-                    self._client = make_client(self.cfg.kubeconfig, timeout_s=2)
-                except EnvironmentProblem as exc:
-                    raise EnvironmentProblem(
-                        f"{exc} (the webhook reads namespace labels for its opt-out check; "
-                        "or set checkNamespaceLabels: false to rely on the "
-                        "namespaceSelector alone)") from exc
+        if (self.cfg.check_namespace_labels or self.cfg.dra.enabled) and self._client is None:
+            try:
+                self._client = make_client(self.cfg.kubeconfig, timeout_s=2)
+            except EnvironmentProblem as exc:
+                raise EnvironmentProblem(
+                    f"{exc} (the webhook reads namespace labels for its opt-out check "
+                    "and, with dra.enabled, ResourceSlices; or set checkNamespaceLabels: "
+                    "false to rely on the namespaceSelector alone)") from exc
+        if self.cfg.check_namespace_labels and self._client is not None:
             lookup = NamespaceLabels(fetch_with(self._client),
                                      ttl_s=self.cfg.namespace_cache_seconds,
                                      on_error=self.metrics.namespace_lookup_errors.inc).get
+        extra: dict[str, Any] = {}
+        if self.cfg.dra.enabled and self._client is not None:
+            extra = self._start_dra(self._client)
         app = make_app(self.cfg.options(), self.metrics, ready=self._ready,
-                       namespace_labels=lookup)
+                       namespace_labels=lookup, **extra)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.cfg.address, self.cfg.port,
@@ -83,7 +91,21 @@ class Server:
         log.info("admission webhook listening on https://%s:%d/mutate", self.cfg.address,
                  self.port)
 
+    def _start_dra(self, client: AsyncClient) -> dict[str, Any]:
+        """The DRA translation's view of the slices, its template writer and the explainer."""
+        self.inventory = SliceInventory(client)
+        self._tasks.append(asyncio.create_task(self.inventory.run()))
+        if self.cfg.dra.explain_unschedulable:
+            explainer = Explainer(client, self.inventory,
+                                  defaults=self.cfg.options().defaults)
+            self._tasks.append(asyncio.create_task(explainer.run()))
+        return {"dra_inventory": self.inventory.current, "templates": Templates(client)}
+
     async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

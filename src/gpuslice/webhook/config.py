@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from gpuslice import config, dialects
+from gpuslice.webhook import dra
 from gpuslice.webhook.admit import Options
 
 __all__ = ["ENV_PREFIX", "WebhookConfig", "load"]
@@ -46,6 +47,22 @@ class DefaultsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, f
                                  cores=self.cores)
 
 
+class DraSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """Which GPU pods become DRA claims (webhook/dra.py; docs/dra.md)."""
+
+    enabled: bool = False
+    default_path: Literal["device-plugin", "dra"] = msgspec.field(default="device-plugin",
+                                                                  name="defaultPath")
+    scheduler_name: _Name = msgspec.field(default="default-scheduler", name="schedulerName")
+    device_class_name: _Name = msgspec.field(default=dra.DRIVER, name="deviceClassName")
+    explain_unschedulable: bool = msgspec.field(default=True, name="explainUnschedulable")
+
+    def build(self) -> dra.DraOptions:
+        return dra.DraOptions(enabled=self.enabled, default_path=self.default_path,
+                              scheduler_name=self.scheduler_name,
+                              device_class=self.device_class_name)
+
+
 class WebhookConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     scheduler_name: _Name = msgspec.field(default="gpuslice-scheduler", name="schedulerName")
     opt_out_label: _Name = msgspec.field(default="gpuslice.io/webhook", name="optOutLabel")
@@ -57,6 +74,7 @@ class WebhookConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fr
     namespace_cache_seconds: _Seconds = msgspec.field(default=30.0,
                                                       name="namespaceCacheSeconds")
     defaults: DefaultsConfig = msgspec.field(default_factory=DefaultsConfig)
+    dra: DraSection = msgspec.field(default_factory=DraSection)
     address: str = "0.0.0.0"
     port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8443
     cert_file: _Name = msgspec.field(default="/etc/gpuslice/tls/tls.crt", name="certFile")
@@ -70,7 +88,8 @@ class WebhookConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fr
         return Options(scheduler_name=self.scheduler_name, opt_out_key=self.opt_out_label,
                        opt_out_value=self.opt_out_value,
                        bypass_namespaces=frozenset(self.bypass_namespaces),
-                       defaults=self.defaults.build())
+                       defaults=self.defaults.build(),
+                       dra=self.dra.build())
 
 
 def load(path: str | None, **flags: object) -> WebhookConfig:

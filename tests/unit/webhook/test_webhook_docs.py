@@ -63,8 +63,8 @@ def test_the_key_table_lists_every_config_key():
     documented = set(re.findall(r"^\| `([A-Za-z.]+)` \|", _section("Configuration"), re.M))
     keys = set()
     for f in msgspec.structs.fields(WebhookConfig):
-        if f.encode_name == "defaults":
-            keys |= {f"defaults.{d.encode_name}" for d in msgspec.structs.fields(f.type)}
+        if f.encode_name in ("defaults", "dra"):  # sections: their keys
+            keys |= {f"{f.encode_name}.{d.encode_name}" for d in msgspec.structs.fields(f.type)}
         else:
             keys.add(f.encode_name)
     assert documented == keys
