@@ -117,10 +117,11 @@ def fake_gpus(node: str, count: int) -> list[DeviceInfo]:
                        numa_node=i * 2 // count) for i in range(count)]
 
 
-async def start_node(client: AsyncClient, name: str, base: Path, gpus: int, step: int
-                     ) -> tuple[FakeNode, float]:
-    """Publish the node's slice and serve its plugin; (node, publish seconds)."""
-    devices = fake_gpus(name, gpus)
+async def start_node(client: AsyncClient, name: str, base: Path, gpus: int, step: int,
+                     devices: list[DeviceInfo] | None = None) -> tuple[FakeNode, float]:
+    """Publish the node's slice and serve its plugin; (node, publish seconds). `devices`:
+    its GPUs (default: `gpus` fake H100s)."""
+    devices = devices or fake_gpus(name, gpus)
     shown = node_gpus(devices, NodeConfig(node_name=name), {})  # the agent's inventory
     t0 = time.perf_counter()
     await SlicePublisher(client, name, DraConfig(memory_step_mib=step)).publish(shown)
@@ -553,6 +554,307 @@ async def bench(client: AsyncClient, args: argparse.Namespace, base: Path, *,
     }
 
 
+# ---- issue 23: pods written for HAMi, Volcano and GPU Manager, through the webhook, on DRA ----
+
+# (container limits, init container limits or None, annotations, weight)
+DIALECT_SHAPES: tuple[tuple[dict[str, str], dict[str, str] | None, dict[str, str], int], ...] = (
+    ({"nvidia.com/gpumem": "4096", "nvidia.com/gpucores": "30"}, None, {}, 4),
+    ({"nvidia.com/gpumem-percentage": "10"}, None, {}, 2),
+    ({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "8000"}, None, {}, 1),
+    ({"nvidia.com/gpumem": "2048", "nvidia.com/priority": "1"}, None,
+     {"nvidia.com/use-gputype": "h100"}, 1),
+    ({"volcano.sh/vgpu-memory": "8192", "volcano.sh/vgpu-cores": "50"}, None, {}, 3),
+    ({"tencent.com/vcuda-core": "20", "tencent.com/vcuda-memory": "16"}, None, {}, 3),
+    ({"nvidia.com/gpumem": "1024"}, {"volcano.sh/vgpu-memory": "3000"}, {}, 1))
+IMAGE = "registry.invalid/pause:never-pulled"
+
+
+def dialect_pod(name: str, shape: int) -> dict[str, Any]:
+    limits, init, annotations, _ = DIALECT_SHAPES[shape]
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": IMAGE,
+                                            "resources": {"limits": dict(limits)}}]}
+    if init:
+        spec["initContainers"] = [{"name": "warmup", "image": IMAGE,
+                                   "resources": {"limits": dict(init)}}]
+    return {"apiVersion": "v1", "kind": "Pod", "spec": spec,
+            "metadata": {"name": name, "namespace": NS, "labels": {"bench": "dialects"},
+                         "annotations": dict(annotations)}}
+
+
+def plain_pod(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "labels": {"bench": "plain"}},
+            "spec": {"containers": [{"name": "main", "image": IMAGE,
+                                     "resources": {"requests": {"cpu": "1m"}}}]}}
+
+
+async def start_webhook(client: AsyncClient, base: Path) -> Any:
+    """gpuslice's webhook (DRA path by default) over HTTPS, called by kube-apiserver."""
+    from lightkube.models.admissionregistration_v1 import (
+        MutatingWebhook,
+        RuleWithOperations,
+        WebhookClientConfig,
+    )
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
+
+    from gpuslice.webhook import config
+    from gpuslice.webhook.certgen import certgen
+    from gpuslice.webhook.command import Server
+
+    tls = base / "webhook-tls"
+    cfg = config.WebhookConfig(address="127.0.0.1", port=0, cert_file=str(tls / "tls.crt"),
+                               key_file=str(tls / "tls.key"), check_namespace_labels=False,
+                               dra=config.DraSection(enabled=True, default_path="dra"))
+    await certgen(service="unused", namespace="default", ips=["127.0.0.1"], out_dir=str(tls))
+    server = Server(cfg, client=AsyncClient(config=client.config))
+    await server.start()
+    with contextlib.suppress(errors.Conflict), errors.translate("create the webhook config"):
+        await client.create(MutatingWebhookConfiguration(
+            metadata=ObjectMeta(name="gpuslice-dra-bench"), webhooks=[MutatingWebhook(
+                name="pods.gpuslice.io", admissionReviewVersions=["v1"],
+                sideEffects="NoneOnDryRun", failurePolicy="Fail", timeoutSeconds=10,
+                clientConfig=WebhookClientConfig(
+                    url=f"https://127.0.0.1:{server.port}/mutate"),
+                rules=[RuleWithOperations(apiGroups=[""], apiVersions=["v1"],
+                                          operations=["CREATE"], resources=["pods"])])]))
+    await certgen(service="unused", namespace="default", ips=["127.0.0.1"], out_dir=str(tls),
+                  webhook_config="gpuslice-dra-bench", client=client)
+    probe = dialect_pod("probe", 0)
+    for _ in range(300):  # kube-apiserver calls it once it has the caBundle
+        inventory = server.inventory.current() if server.inventory else None
+        if inventory is not None and inventory.slices:
+            with contextlib.suppress(errors.APIError), errors.translate("probe the webhook"):
+                got = await client.create(dict_view(Pod)(probe), namespace=NS, dry_run=True)
+                if got["spec"].get("resourceClaims"):
+                    return server
+        await asyncio.sleep(0.1)
+    raise RuntimeError("kube-apiserver never called the webhook (see its log)")
+
+
+class PodWatch:
+    """The benchmark's pods as a watch sees them: which are bound, which kube-scheduler found
+    no room for (one watch instead of lists that would load the API server)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.bound: set[str] = set()
+        self.refused: set[str] = set()
+        self.informer = Informer(client, Pod, namespace=NS, handler=self._on)
+
+    def _on(self, change: Any) -> None:
+        name = change.key.rpartition("/")[2]
+        pod = change.new
+        if pod is None:
+            self.bound.discard(name)
+            self.refused.discard(name)
+            return
+        if (pod.get("spec") or {}).get("nodeName"):
+            self.bound.add(name)
+            self.refused.discard(name)
+        elif unschedulable(pod):
+            self.refused.add(name)
+
+
+async def schedule_timed(plane: Any, args: argparse.Namespace, watch: PodWatch,
+                         names: list[str], during: Any = None) -> float:
+    """Launch kube-scheduler and wait until every pod of `names` is bound or found no room;
+    the seconds from the launch (its start-up counts, for both kinds of pod alike)."""
+    want = set(names)
+
+    async def undecided() -> int:
+        return len(want - watch.bound - watch.refused)
+    t0 = time.perf_counter()
+    proc = plane.start_scheduler(scheduler_configuration(args.scheduler_qps))
+    side = asyncio.create_task(during()) if during else None
+    try:
+        await until("kube-scheduler to place every pod or find it no room", undecided,
+                    args.timeout, poll=0.05)
+        if side is not None:  # what it restarted must be placed too
+            await side
+            await until("kube-scheduler to place the pod created again", undecided,
+                        args.timeout, poll=0.05)
+        return time.perf_counter() - t0
+    finally:
+        proc.stop()
+
+
+async def create_all(client: AsyncClient, bodies: list[dict[str, Any]], workers: int = 8
+                     ) -> tuple[float, list[str]]:
+    """Create the pods, `workers` at a time (kube-apiserver calls the webhook for each);
+    (seconds, the denials)."""
+    queue = list(reversed(bodies))
+    denied: list[str] = []
+
+    async def worker() -> None:
+        while queue:
+            body = queue.pop()
+            try:
+                with errors.translate(f"create pod {body['metadata']['name']}"):
+                    await client.create(dict_view(Pod)(body), namespace=NS)
+            except errors.APIError as exc:
+                denied.append(str(exc))
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return time.perf_counter() - t0, denied
+
+
+async def dialect_burst(client: AsyncClient, args: argparse.Namespace, base: Path, plane: Any
+                        ) -> dict[str, Any]:
+    """Issue 23's proof: --pods plain pods, then --pods pods in HAMi, Volcano and GPU Manager
+    terms through gpuslice's webhook, each placed by the same real kube-scheduler on --nodes
+    fake nodes; mid-burst a node agent restarts (its plugin, socket and kubelet registration
+    anew from its checkpoint) and a bound pod is deleted and created again. Then every claim is
+    prepared through its node's kubelet emulator (one twice: a container restart), the CDI
+    limits compared with consumedCapacity, and over-commitment counted."""
+    with contextlib.suppress(errors.Conflict), errors.translate(f"create namespace {NS}"):
+        await client.create(dict_view(Namespace)({"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": NS}}))
+    with contextlib.suppress(errors.Conflict), errors.translate("create the DeviceClass"):
+        await client.create(dict_view(DeviceClass)({
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DRIVER},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}))
+    GAVE_UP.clear()
+    names = [f"gpu-node-{i:03d}" for i in range(args.nodes)]
+    nodes: dict[str, FakeNode] = {}
+    out: dict[str, Any] = {}
+    watch = PodWatch(client)
+    watching = asyncio.create_task(watch.informer.run())
+    server = None
+    restarts: dict[str, Any] = {}
+    try:
+        for name in names:
+            nodes[name], _ = await start_node(client, name, base, args.gpus, args.step)
+        out["nodes_untainted_s"] = round(await ready_nodes(client, names, args.timeout), 2)
+        server = await start_webhook(client, base)
+        await asyncio.wait_for(watch.informer.synced.wait(), args.timeout)
+
+        plain = [plain_pod(f"plain-{i:05d}") for i in range(args.pods)]
+        out["plain_create_s"] = round((await create_all(client, plain))[0], 2)
+        plain_s = await schedule_timed(plane, args, watch, [p["metadata"]["name"] for p in plain])
+        out["plain_bound"] = len({p["metadata"]["name"] for p in plain} & watch.bound)
+        for p in plain:  # out of the way: the second phase starts from empty nodes
+            with contextlib.suppress(errors.NotFound), errors.translate("delete"):
+                await client.delete(Pod, p["metadata"]["name"], namespace=NS, grace_period=0)
+
+        rng = random.Random(args.seed)
+        kinds = [k for k, shape in enumerate(DIALECT_SHAPES) for _ in range(shape[3])]
+        shapes = [rng.choice(kinds) for _ in range(args.pods)]
+        bodies = [dialect_pod(f"dialect-{i:05d}", k) for i, k in enumerate(shapes)]
+        created_s, denied = await create_all(client, bodies)
+        out["dialect_create_s"] = round(created_s, 2)
+        out["denied_at_admission"] = denied[:3]
+        templated = {b["metadata"]["name"] for b in bodies}
+
+        async def not_made() -> int:
+            made = {owner_pod(dict(c)) async for c in
+                    client.list(dict_view(ResourceClaim), namespace=NS)}
+            return len(templated - made)
+        out["claims_made_s"] = round(await until("kube-controller-manager to make the claims",
+                                                 not_made, args.timeout), 2)
+
+        async def restart_mid_burst() -> None:
+            await until("half of the pods bound", _left(watch, templated, len(templated) // 2),
+                        args.timeout, poll=0.05)
+            victim = sorted(watch.bound & templated)[0]
+            t0 = time.perf_counter()
+            node = names[0]
+            await nodes[node].stop()  # the node agent restarts: same state dir and sockets
+            nodes[node], _ = await start_node(client, node, base, args.gpus, args.step)
+            restarts["node_agent"] = {"node": node, "s": round(time.perf_counter() - t0, 2)}
+            body = next(b for b in bodies if b["metadata"]["name"] == victim)
+            with errors.translate(f"delete pod {victim}"):
+                await client.delete(Pod, victim, namespace=NS, grace_period=0)
+
+            async def gone() -> int:
+                return len([c async for c in client.list(dict_view(ResourceClaim),
+                                                         namespace=NS)
+                            if owner_pod(dict(c)) == victim])
+            await until(f"the claims of {victim} to go with it", gone, args.timeout)
+            await create_all(client, [body])
+            restarts["pod"] = {"pod": victim, "recreated": True}
+        dialect_s = await schedule_timed(plane, args, watch, sorted(templated), restart_mid_burst)
+        out["dialect_bound"] = len(templated & watch.bound)
+        out["dialect_unschedulable"] = len(templated & watch.refused)
+
+        claims = [dict(c) async for c in client.list(dict_view(ResourceClaim), namespace=NS)
+                  if owner_pod(dict(c)) in templated]
+        slices = [dict(s) async for s in client.list(dict_view(ResourceSlice))
+                  if s["spec"].get("nodeName") in nodes]
+        devices = {(s["spec"]["pool"]["name"], d["name"]): d
+                   for s in slices for d in s["spec"]["devices"]}
+        allocated = [c for c in claims if results(c)]
+        prepare_ms, failures = await call_each(nodes, allocated, "prepare")
+        mismatches = cdi_mismatches(nodes, allocated, devices, failures)
+        again = allocated[0]  # a container restart: the kubelet prepares the claim again
+        node = nodes[results(again)[0]["pool"]]
+        spec_path = cdi.path(node.dir / "cdi", again["metadata"]["uid"])
+        before = spec_path.read_bytes()
+        answer = (await node.kubelet.prepare(DRIVER, again))[again["metadata"]["uid"]]
+        restarts["container"] = {"claim": again["metadata"]["name"], "error": answer.error,
+                                 "same_cdi_spec": spec_path.read_bytes() == before}
+        over = overcommitted(claims, devices)
+        out.update({
+            "pods": args.pods, "nodes": args.nodes, "gpus_per_node": args.gpus,
+            "plain_schedule_s": round(plain_s, 2),
+            "plain_pods_per_s": round(out["plain_bound"] / plain_s, 1),
+            "dialect_schedule_s": round(dialect_s, 2),
+            "dialect_pods_per_s": round((out["dialect_bound"] + out["dialect_unschedulable"])
+                                        / dialect_s, 1),
+            "claims": len(claims), "allocated": len(allocated), "prepared":
+                len(allocated) - len(failures),
+            "prepare_errors": [f"{k}: {v}" for k, v in failures.items()][:5],
+            "prepare_p99_ms": round(pct(prepare_ms, 0.99), 2) if prepare_ms else 0.0,
+            "cdi_mismatches": len(mismatches), "cdi_mismatch_examples": mismatches[:3],
+            "overcommitted_devices": len(over), "overcommitted_examples": over[:5],
+            "restarts": restarts, "gave_up": list(GAVE_UP),
+            "dialects": {name: sum(1 for k in shapes if DIALECT_SHAPES[k][0].keys() & set(names_))
+                         for name, names_ in DIALECT_NAMES.items()},
+        })
+        out["ratio_to_plain"] = round(out["dialect_pods_per_s"] / out["plain_pods_per_s"], 3) \
+            if out["plain_pods_per_s"] else None
+        out["api_server"] = plane.version
+        out["scheduler"] = "kube-scheduler " + plane.version.split()[-1]
+        return out
+    finally:
+        watch.informer.stop()
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watching
+        if server is not None:
+            await server.stop()
+        for n in nodes.values():
+            with contextlib.suppress(Exception):
+                await n.stop()
+
+
+DIALECT_NAMES = {"HAMi": {"nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpu"},
+                 "Volcano": {"volcano.sh/vgpu-memory"}, "GPU Manager": {"tencent.com/vcuda-core"}}
+
+
+def _left(watch: PodWatch, names: set[str], target: int) -> Any:
+    async def left() -> int:
+        return max(0, target - len(names & watch.bound))
+    return left
+
+
+def cdi_mismatches(nodes: dict[str, FakeNode], allocated: list[dict[str, Any]],
+                   devices: dict[tuple[str, str], dict[str, Any]], failures: dict[str, str]
+                   ) -> list[str]:
+    """Claims whose prepared CDI limits differ from their allocation's consumedCapacity."""
+    bad = []
+    for c in allocated:
+        if c["metadata"]["name"] in failures:
+            continue
+        node = nodes[results(c)[0]["pool"]]
+        spec = json.loads(cdi.path(node.dir / "cdi", c["metadata"]["uid"]).read_text())
+        env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
+        want = expected_limits(c, devices)
+        if {k: env.get(k) for k in want} != want or any(
+                k.startswith("CUDA_DEVICE_MEMORY_LIMIT_") and k not in want for k in env):
+            bad.append(f"{c['metadata']['name']}: CDI {env} != allocation {want}")
+    return bad
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nodes", type=int, default=20)
@@ -568,6 +870,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "ResourceClaimTemplates (real binaries only)")
     p.add_argument("--scheduler-qps", type=float, default=500.0,
                    help="kube-scheduler's clientConnection qps (burst: twice that)")
+    p.add_argument("--dialects", action="store_true",
+                   help="issue 23: --pods HAMi/Volcano/GPU Manager pods through the webhook "
+                        "onto DRA, against as many plain pods (real binaries only)")
+    p.add_argument("--pods", type=int, default=2000, help="pods of each kind (--dialects)")
     p.add_argument("--json", action="store_true", help="print JSON only")
     return p.parse_args(argv)
 
@@ -588,6 +894,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             kubeconfig, api_name = server.kubeconfig, "in-process (tests/kubeapi, own process)"
         client = AsyncClient(config=KubeConfig.from_file(kubeconfig))
         try:
+            if args.dialects:
+                if plane is None or plane.assets.kube_scheduler is None:
+                    raise SystemExit("--dialects needs the real binaries: set KUBEBUILDER_ASSETS "
+                                     "(bash tools/kube/build.sh prints the folder)")
+                return await dialect_burst(client, args, base, plane)
             return await bench(client, args, base, api_server=api_name, plane=plane)
         finally:
             await client.close()
@@ -603,6 +914,10 @@ if __name__ == "__main__":
     arguments = parse()
     result = asyncio.run(main(arguments))
     print(json.dumps(result, indent=None if arguments.json else 2))
+    if arguments.dialects:
+        sys.exit(1 if result["overcommitted_devices"] or result["cdi_mismatches"] or
+                 result["prepared"] != result["allocated"] or result["gave_up"] or
+                 result["restarts"]["container"]["error"] else 0)
     made = result["paths"]["from_templates"]
     if result["overcommitted_devices"] or result["cdi_mismatches"] or \
             result["prepared"] != result["allocated"] or result["unprepare_errors"] or (

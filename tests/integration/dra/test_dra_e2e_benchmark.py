@@ -79,3 +79,31 @@ def test_the_expected_limits_of_an_exclusive_result_are_the_whole_device(dra_e2e
     assert dra_e2e.expected_limits(claim, {("n", "gpu-0"): device}) == {
         "GPUSLICE_DEVICE_UUIDS": "GPU-a", "CUDA_DEVICE_SM_LIMIT": "100",
         "CUDA_DEVICE_MEMORY_LIMIT_0": "81408m"}
+
+
+@pytest.mark.kube_backends("kube-apiserver")
+async def test_a_burst_of_dialect_pods_through_the_webhook_is_capped_as_allocated(kube_api,
+                                                                                   dra_e2e):
+    """Issue 23, small: pods in HAMi, Volcano and GPU Manager terms through gpuslice's webhook,
+    placed by kube-scheduler beside as many plain pods; a node agent and a pod restart
+    mid-burst, a container restart (a second prepare) after."""
+    args = dra_e2e.parse(["--dialects", "--nodes", "3", "--gpus", "4", "--pods", "40",
+                          "--timeout", "30"])
+    base = Path(tempfile.mkdtemp(prefix="dra-b-", dir="/tmp"))
+    client = kube_api.async_client()
+    try:
+        got = await dra_e2e.dialect_burst(client, args, base, kube_api.control_plane)
+    finally:
+        await client.close()
+        shutil.rmtree(base, ignore_errors=True)
+    assert not got["gave_up"] and not got["denied_at_admission"], got
+    assert got["plain_bound"] == 40 and got["dialect_bound"] == 40, got
+    assert all(got["dialects"].values()), "every dialect ran"
+    assert got["claims"] == got["allocated"] == got["prepared"] >= 40, got["prepare_errors"]
+    assert got["cdi_mismatches"] == 0, got["cdi_mismatch_examples"]
+    assert got["overcommitted_devices"] == 0, got["overcommitted_examples"]
+    restarts = got["restarts"]
+    assert restarts["node_agent"]["node"] and restarts["pod"]["recreated"]
+    assert restarts["container"] == {**restarts["container"], "error": "",
+                                     "same_cdi_spec": True}
+    assert got["plain_pods_per_s"] > 0 and got["dialect_pods_per_s"] > 0
