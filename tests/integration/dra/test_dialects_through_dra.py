@@ -317,3 +317,37 @@ async def test_tenant_attacks_are_refused_on_the_dra_path(cluster, why, body, sa
     with pytest.raises(ApiError) as err:
         await client.create(dict_view(Pod)(body))
     assert said in err.value.status.message, (why, err.value.status.message)
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "pods"
+# docs/demo.md's five pods: (file, container) -> (GPUs, MiB each, cores): the request rounded up
+# to the published 256 MiB step, a percent of the GPU the claim lands on
+DEMO = {("hami.yaml", "ubuntu-container"): (1, 3072, "30"),
+        ("volcano.yaml", "cuda-container"): (1, 3072, "50"),
+        ("gpu-manager.yaml", "nvidia"): (1, 30 * 256, "50"),
+        ("hami-multi-gpu.yaml", "ubuntu-container"): (2, 81920 // 4, "100"),
+        ("hami-two-containers.yaml", "server"): (1, 2048, "20"),
+        ("hami-two-containers.yaml", "warmup"): (1, 1024, "10")}
+
+
+async def test_the_demos_five_pods_run_on_dra_with_their_limits(cluster):
+    import yaml
+
+    client, nodes, _ = cluster
+    for f in sorted({f for f, _ in DEMO}):
+        body = yaml.safe_load((EXAMPLES / f).read_text())
+        body["metadata"]["namespace"] = NS
+        created = await client.create(dict_view(Pod)(body))
+        claims = {r["name"]: r["resourceClaimTemplateName"]
+                  for r in created["spec"]["resourceClaims"]}
+        want = {c: v for (file, c), v in DEMO.items() if file == f}
+        assert set(claims) == {f"gpu-{c}" for c in want}, f
+        got = await claims_of(client, body["metadata"]["name"], len(want))
+        for c in got:
+            container = c["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"]
+            count, mib, cores = want[container.removeprefix("gpu-")]
+            env = await prepared_env(nodes, c)
+            assert len(env["GPUSLICE_DEVICE_UUIDS"].split(",")) == count, (f, container)
+            assert [env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] for i in range(count)] == \
+                [f"{mib}m"] * count, (f, container, env)
+            assert env["CUDA_DEVICE_SM_LIMIT"] == cores, (f, container)
