@@ -270,8 +270,8 @@ async def test_the_node_agent_with_dra_is_granted_exactly_what_it_calls(kube_api
     the slice at uninstall; the device-plugin flows' grants are covered by the test above."""
     objs = render("DRA")
     async with clients(kube_api, "node-agent") as (admin, mine):
-        await admin.create(dict_view(Node)({"apiVersion": "v1", "kind": "Node",
-                                            "metadata": {"name": NODE}}))
+        await admin.create(dict_view(Node)({"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": NODE, "labels": {"gpuslice.io/gpu-path": "dra"}}}))  # a DRA node
         await admin.create(dict_view(DeviceClass)(find(objs, "DeviceClass")))
         async with agent_on_node(mine, objs, tmp_path) as (agent, _, backend):
             async def published() -> bool:
