@@ -59,7 +59,7 @@ async def start_agent(base: Path, kube_api, gpus: Path) -> asyncio.subprocess.Pr
         "--kubeconfig", str(kube_api.kubeconfig), "--device-plugin-dir", str(base / "dp"),
         "--pod-resources-socket", str(base / "pr.sock"), "--state-dir", str(base / "state"),
         "--library", str(base / "libgpuslice.so"), "--metrics-address", "127.0.0.1:0",
-        env=env, stderr=asyncio.subprocess.PIPE)
+        env=env, stderr=(base / "agent.log").open("ab"))  # a file: a full pipe would block it
 
 
 @pytest.mark.timeout(120)
@@ -114,7 +114,7 @@ async def test_an_agent_killed_between_create_and_allocate_hands_out_the_same_in
         state.write_text(json.dumps(data))
         await wait_for(lambda: not instances(gpus), "the gone pod's instance destroyed", 15)
         proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 20) == 0
+        assert await asyncio.wait_for(proc.wait(), 20) == 0, (base / "agent.log").read_text()
     finally:
         if proc.returncode is None:
             proc.kill()
