@@ -51,7 +51,7 @@ import threading
 import time
 import types
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -578,6 +578,17 @@ class RealNode:
     def stop_kubelet(self) -> int | None:
         return self.kubelet.stop()
 
+    def pause_kubelet(self) -> None:
+        """SIGSTOP: the kubelet sees no pod until resume_kubelet (a partition from the API
+        server), while its plugins stay registered and its devices healthy (a restart would
+        leave it without devices until the plugins register again)."""
+        assert self.kubelet.popen is not None
+        self.kubelet.popen.send_signal(signal.SIGSTOP)
+
+    def resume_kubelet(self) -> None:
+        assert self.kubelet.popen is not None
+        self.kubelet.popen.send_signal(signal.SIGCONT)
+
     def kubelet_socket_id(self) -> tuple[int, int] | None:
         try:
             st = os.stat(DEVICE_PLUGIN_DIR / "kubelet.sock")
@@ -688,7 +699,8 @@ def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
 
 def webhook_config(name: str, url: str, ca: bytes, namespace: str) -> dict[str, Any]:
     """The chart's MutatingWebhookConfiguration, for pods of `namespace` only (so the tier
-    never touches other tests' pods), with the chart's opt-out object selector."""
+    never touches other tests' pods); like the chart's, no object selector: a GPU pod labelled
+    to opt out reaches the webhook, which denies it (webhook/bypass.py)."""
     return {"apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration", "metadata": {"name": name},
             "webhooks": [{"name": "pods.gpuslice.io", "admissionReviewVersions": ["v1"],
@@ -700,10 +712,7 @@ def webhook_config(name: str, url: str, ca: bytes, namespace: str) -> dict[str, 
                                      "operations": ["CREATE"], "resources": ["pods"],
                                      "scope": "Namespaced"}],
                           "namespaceSelector": {"matchLabels": {
-                              "kubernetes.io/metadata.name": namespace}},
-                          "objectSelector": {"matchExpressions": [{
-                              "key": OPT_OUT[0], "operator": "NotIn",
-                              "values": [OPT_OUT[1]]}]}}]}
+                              "kubernetes.io/metadata.name": namespace}}}]}
 
 
 OPT_OUT = ("gpuslice.io/webhook", "disabled")
@@ -928,6 +937,44 @@ class Tier:
             _wait(lambda: not any(ns == self.namespace for ns, _ in asyncio.run(
                 list_pod_resources(str(n.pod_resources_socket)))),
                 "the kubelet done with the namespace's pods", 30, n.kubelet)
+
+
+@contextlib.contextmanager
+def outside_namespace(tier: Tier) -> Iterator[str]:
+    """A namespace the tier's webhook never sees (as an opted-out one): pods created there skip
+    gpuslice altogether. Its pods are deleted (grace 0) on the way out; the namespace stays
+    (no namespace controller runs here)."""
+    from lightkube.resources.core_v1 import Namespace, Pod
+
+    from gpuslice.kube.client import dict_view
+
+    client, name = tier.client(), f"{tier.namespace}-out"
+    with contextlib.suppress(Exception):  # a second use in the session
+        client.create(dict_view(Namespace)({"apiVersion": "v1", "kind": "Namespace",
+                                            "metadata": {"name": name}}))
+    try:
+        yield name
+    finally:
+        client.deletecollection(Pod, namespace=name, grace_period=0)
+        _wait(lambda: not list(client.list(Pod, namespace=name)), "the outside pods gone", 30)
+
+
+def wait_phase(client: Any, name: str, namespace: str, phase: str,
+               timeout: float = 60.0) -> dict[str, Any]:
+    """Pod `name` once it is in `phase` (AssertionError with its status if not in time)."""
+    from lightkube.resources.core_v1 import Pod
+
+    from gpuslice.kube.client import dict_view
+
+    deadline = time.monotonic() + timeout
+    while True:
+        pod = dict(client.get(dict_view(Pod), name, namespace=namespace))
+        if pod["status"].get("phase") == phase:
+            return pod
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{namespace}/{name} not {phase} after {timeout:.0f} s: "
+                                 f"{pod['status']}")
+        time.sleep(0.2)
 
 
 def pod_body(name: str, namespace: str, limits: dict[str, str], **extra: Any) -> dict[str, Any]:

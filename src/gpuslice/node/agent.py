@@ -261,11 +261,11 @@ class Agent:
 
     async def preferred(self, resource: str, available: Sequence[str],
                         must_include: Sequence[str], size: int) -> list[str]:
-        flights, _, strangers = self._views()
+        flights = self._views()[0]
         if handoff.match_allocate([f.flight for f in flights], resource, size) is None and \
                 await self.cluster.refresh():  # the pod may be newer than the store
-            flights, _, strangers = self._views()
-        return alloc.preferred(flights, resource, available, must_include, size, strangers)
+            flights = self._views()[0]
+        return alloc.preferred(flights, resource, available, must_include, size)
 
     # ---- views for the exporter and watchdog
     def _assignments(self) -> dict[str, model.PodAssignment]:

@@ -409,19 +409,17 @@ def _build(flight: handoff.Flight, req: handoff.DeviceRequest, pod: model.PodReq
 
 
 def preferred(pods: Sequence[InFlight], resource: str, available: Sequence[str],
-              must_include: Sequence[str], size: int,
-              strangers: Sequence[Stranger] = ()) -> list[str]:
-    """GetPreferredAllocation: `size` of `available` IDs, on the matched container's assigned
-    GPUs when `match` finds its pod (spread evenly over them), else the kubelet's own order
-    (Allocate then refuses what it cannot prove)."""
-    try:
-        got: tuple[InFlight, handoff.DeviceRequest] | None = match(pods, strangers, resource,
-                                                                   size)
-    except AllocateError:
-        got = None
+              must_include: Sequence[str], size: int) -> list[str]:
+    """GetPreferredAllocation: `size` of `available` IDs, on the assigned GPUs of the container
+    handoff.match_allocate names (spread evenly over them), else the kubelet's own order. Only
+    a preference, so it steers towards that container even where the call is ambiguous now:
+    the Allocate that follows proves the match or refuses, and a rival refused meanwhile (a
+    stranger, a late pod) must not leave the kubelet's devices on other GPUs than the pod's."""
+    got = handoff.match_allocate([p.flight for p in pods], resource, size)
     pick = list(dict.fromkeys(must_include))[:size]
     if got is not None:
-        pod, req = got
+        flight, req = got
+        pod = next(p for p in pods if p.flight is flight)
         uuids = [s.uuid for c in pod.assignment.containers if c.container == req.container
                  for s in c.slices]
         per_gpu = {u: size // len(uuids) + (i < size % len(uuids)) for i, u in enumerate(uuids)}

@@ -94,35 +94,40 @@ def test_a_pod_of_each_dialect_runs_with_the_allocate_answer_its_assignment_name
 def test_a_gpu_pod_placed_by_hand_is_refused_at_admission_with_the_agents_message(tier):
     client, ns, node = tier.client(), tier.namespace, tier.node
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024"}
-    # through the webhook, spec.nodeName is denied outright ...
-    with pytest.raises(ApiError) as denied:
-        client.create(dict_view(Pod)(real.pod_body("by-hand", ns, limits, nodeName=real.NODE)))
-    assert 'admission webhook "pods.gpuslice.io" denied the request' in str(denied.value)
-    assert "spec.nodeName" in str(denied.value)
-    # ... so a pod that opts out of the webhook and names the node skips webhook and extender:
-    # the kubelet admits it, asks the agent's Allocate, and the agent refuses
-    refused_before = real.metric(node.agent_metrics(), "gpuslice_allocations_total",
-                                 result="refused")
-    client.create(dict_view(Pod)(real.pod_body(
-        "by-hand", ns, limits, nodeName=real.NODE, labels={real.OPT_OUT[0]: real.OPT_OUT[1]})))
-    pod = tier.wait_pods(["by-hand"], phase="Failed")["by-hand"]
-    assert pod["status"]["reason"] == "UnexpectedAdmissionError"
-    want = ("gpuslice: nvidia.com/gpu: no pod in flight on this node asks for nvidia.com/gpu=1 "
-            "now (in flight: none); check that the pod was scheduled by the gpuslice scheduler "
-            "extender")
-    assert want in pod["status"]["message"]
-    events = [e for e in client.list(dict_view(Event), namespace=ns,
-                                     fields={"involvedObject.name": "by-hand"})]
-    hit = [e for e in events if e["reason"] == "UnexpectedAdmissionError"]
-    seen = [(e["reason"], e["message"]) for e in events]
-    assert hit, f"no UnexpectedAdmissionError event: {seen}"
-    assert hit[0]["type"] == "Warning" and hit[0]["source"]["component"] == "kubelet"
-    assert hit[0]["message"].startswith("Allocate failed due to rpc error: code = "
-                                        "FailedPrecondition desc = " + want)
-    assert real.metric(node.agent_metrics(), "gpuslice_allocations_total",
-                       result="refused") > refused_before
-    assert all(e["pod_uid"] != pod["metadata"]["uid"] for e in node.checkpoint()), \
-        "the kubelet keeps no devices for a pod it rejected"
+    # through the webhook, spec.nodeName is denied outright, and so is the opt-out label
+    for extra in ({"nodeName": real.NODE},
+                  {"nodeName": real.NODE, "labels": {real.OPT_OUT[0]: real.OPT_OUT[1]}}):
+        with pytest.raises(ApiError) as denied:
+            client.create(dict_view(Pod)(real.pod_body("by-hand", ns, limits, **extra)))
+        assert 'admission webhook "pods.gpuslice.io" denied the request' in str(denied.value)
+        assert ("spec.nodeName" if "labels" not in extra else "bypassNamespaces") in \
+            str(denied.value)
+    # ... so a pod in a namespace the webhook never sees (an opted-out one) names the node and
+    # skips webhook and extender: the kubelet admits it, asks the agent, and the agent refuses
+    with real.outside_namespace(tier) as out:
+        refused_before = real.metric(node.agent_metrics(), "gpuslice_allocations_total",
+                                     result="refused")
+        client.create(dict_view(Pod)(real.pod_body("by-hand", out, limits, nodeName=real.NODE)))
+        pod = real.wait_phase(client, "by-hand", out, "Failed")
+        assert pod["status"]["reason"] == "UnexpectedAdmissionError"
+        want = ("gpuslice: nvidia.com/gpu: no pod in flight on this node asks for "
+                "nvidia.com/gpu=1 now (in flight: none); pods on this node ask for it without a "
+                f"gpuslice placement (created past gpuslice's webhook or scheduler): "
+                f"{out}/by-hand, refused; check that the pod was scheduled by the gpuslice "
+                "scheduler extender")
+        assert want in pod["status"]["message"]
+        events = [e for e in client.list(dict_view(Event), namespace=out,
+                                         fields={"involvedObject.name": "by-hand"})]
+        hit = [e for e in events if e["reason"] == "UnexpectedAdmissionError"]
+        seen = [(e["reason"], e["message"]) for e in events]
+        assert hit, f"no UnexpectedAdmissionError event: {seen}"
+        assert hit[0]["type"] == "Warning" and hit[0]["source"]["component"] == "kubelet"
+        assert hit[0]["message"].startswith("Allocate failed due to rpc error: code = "
+                                            "FailedPrecondition desc = " + want)
+        assert real.metric(node.agent_metrics(), "gpuslice_allocations_total",
+                           result="refused") > refused_before
+        assert all(e["pod_uid"] != pod["metadata"]["uid"] for e in node.checkpoint()), \
+            "the kubelet keeps no devices for a pod it rejected"
 
 
 def test_an_app_container_on_another_gpu_than_its_init_container_is_admitted(tier):

@@ -99,11 +99,13 @@ def test_interchangeable_claimants_are_no_ambiguity():
     assert (got.pod_key, got.in_progress) == ("default/late", False)
 
 
-def test_preferred_allocation_keeps_the_kubelets_order_where_allocate_would_refuse():
+def test_preferred_allocation_steers_to_the_claimant_even_where_allocate_would_refuse_now():
+    """Seen on the real kubelet: a stranger refused first, then the owner's preference in the
+    kubelet's order (the stranger's Failed status not seen yet) put its devices on another GPU,
+    and its Allocate, unambiguous by then, refused them."""
     owner = pod("owner", [container("main")], {"main": [gpu(1)]}, at=NOW - 1)
     thief = bare("thief", {"nvidia.com/gpu": "1"})
     available = [f"{gpu(0)}::0", f"{gpu(1)}::0"]
     flights = in_flight([owner, thief], NODE, NOW, 30)
+    assert strangers([owner, thief], NODE), "Allocate would refuse now"
     assert preferred(flights, "nvidia.com/gpu", available, [], 1) == [f"{gpu(1)}::0"]
-    assert preferred(flights, "nvidia.com/gpu", available, [], 1,
-                     strangers([owner, thief], NODE)) == [f"{gpu(0)}::0"]
