@@ -199,8 +199,10 @@ class MigManager:
 
     # -- after pods
     def reconcile(self, live: Mapping[str, model.PodAssignment]) -> list[str]:
-        """Destroy the journal's instances whose pod is gone (or no longer holds that place);
-        keep those under a process for a later round. Returns what was destroyed."""
+        """Destroy the journal's instances whose placement no live pod's assignment names (its
+        pod is gone); keep those under a process for a later round. An instance a live pod
+        names is kept and owned by that pod (two interchangeable pods' assignments may have
+        been swapped after Allocate: node/swap.py). Returns what was destroyed."""
         with self._lock:
             journal = self._journal()
             wanted = {f"{x.uuid}@{x.mig.start}": uid for uid, a in live.items()
@@ -209,7 +211,9 @@ class MigManager:
             by_gpu: dict[str, tuple[MigDevice, ...]] = {}
             for key, entry in sorted(journal.items()):
                 gpu, _, start = key.rpartition("@")
-                if wanted.get(key) == entry.get("pod"):
+                if key in wanted:  # a live pod's placement: kept, whoever the journal named
+                    if wanted[key] != entry.get("pod"):  # (the agent swapped two pods' places)
+                        journal[key] = {**entry, "pod": wanted[key]}
                     continue
                 if gpu not in self._models:
                     journal.pop(key)

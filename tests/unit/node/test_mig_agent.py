@@ -173,3 +173,15 @@ def test_the_fake_models_nvml_errors(tmp_path):
     backend.set_mig_processes("GPU-0", d.gi_id, [])
     backend.mig_destroy("GPU-0", d.gi_id)
     assert backend.mig_create("GPU-0", "3g.40gb", 0).uuid != d.uuid, "a new instance, new UUID"
+
+
+def test_reconcile_keeps_an_instance_a_live_pod_names_after_a_swap_of_assignments(tmp_path):
+    backend = fake(tmp_path)
+    m = manager(tmp_path, backend)
+    a, b = assignment(("GPU-0", "3g.40gb", 0)), assignment(("GPU-0", "3g.40gb", 4))
+    m.attach("uid-a", a.slices(), {"uid-a": a, "uid-b": b})
+    m.attach("uid-b", b.slices(), {"uid-a": a, "uid-b": b})
+    # the kubelet admitted them the other way round: the agent swapped their annotations
+    assert m.reconcile({"uid-a": b, "uid-b": a}) == []
+    assert len(backend.mig_devices("GPU-0")) == 2
+    assert json.loads((tmp_path / "mig.json").read_text())["GPU-0@0"]["pod"] == "uid-b"
