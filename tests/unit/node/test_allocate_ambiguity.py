@@ -61,7 +61,11 @@ def test_gpuslices_own_pods_are_no_strangers_but_a_forged_assignment_is_one():
     done = pod("done", [container("main")], {"main": [gpu(0)]}, at=NOW - 1, allocated="main")
     forged = pod("forged", [container("main")], {"main": [gpu(0)]}, at=NOW - 1)
     forged["metadata"]["labels"] = {}  # not admitted by the webhook: its assignment is no one's
-    assert [s.name for s in strangers([owner, done, forged], NODE)] == ["forged"]
+    bound_elsewise = pod("bound-elsewise", [container("main")], {"main": [gpu(0)]}, at=NOW - 1)
+    del bound_elsewise["metadata"]["annotations"]  # admitted by the webhook, then bound by a
+    # Binding another scheduler (or anyone with pods/binding) created: no assignment
+    assert [s.name for s in strangers([owner, done, forged, bound_elsewise], NODE)] == [
+        "forged", "bound-elsewise"]
 
 
 def test_a_call_a_stranger_could_make_is_refused_and_names_every_pod_concerned():
