@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from gpuslice import mig
 from gpuslice.allocator import ClusterState, parse_policy
 from gpuslice.model import GPU, NodeInventory, PodRequest, SliceRequest
+from mig_helpers import legal_slices
 
 POLICY = parse_policy("binpack")
 BOARDS = {"A100-40GB": ("NVIDIA A100-SXM4-40GB", 40960), "H100-80GB": ("NVIDIA H100 80GB HBM3",
@@ -25,7 +26,7 @@ def mig_cluster(draw: st.DrawFn) -> list[NodeInventory]:
         for i in range(draw(st.integers(1, 3))):
             key = draw(st.sampled_from(sorted(BOARDS)))
             table = mig.CATALOG[key]
-            idle = draw(_slices(table))
+            idle = draw(legal_slices(table, most=4))
             sizes = {p.name: p.size for p in table}
             gpus.append(GPU(uuid=f"n{n}-g{i}", model=BOARDS[key][0], memory_mib=BOARDS[key][1],
                             index=i, healthy=draw(st.booleans()) or i > 0,
@@ -34,20 +35,6 @@ def mig_cluster(draw: st.DrawFn) -> list[NodeInventory]:
                                              size=sizes[s.profile]) for s in idle))))
         nodes.append(NodeInventory(node=f"n{n}", gpus=tuple(gpus)))
     return nodes
-
-
-def _slices(table: tuple[mig.Profile, ...]) -> st.SearchStrategy[list[mig.MigSlice]]:
-    @st.composite
-    def build(draw: st.DrawFn) -> list[mig.MigSlice]:
-        out: list[mig.MigSlice] = []
-        for _ in range(draw(st.integers(0, 4))):
-            p = draw(st.sampled_from(table))
-            taken = [(s.start, next(q for q in table if q.name == s.profile).size) for s in out]
-            starts = mig.free_starts(p, taken)
-            if starts:
-                out.append(mig.MigSlice(profile=p.name, start=draw(st.sampled_from(starts))))
-        return out
-    return build()
 
 
 ops = st.lists(st.tuples(st.sampled_from(["place", "place", "release"]),
