@@ -199,14 +199,27 @@ def test_admitted_flights_are_never_confused_in_any_kubelet_order(shapes, rnd):
         assert f is not None
         if handoff.blocking_flight(f.requests, f.shape, flights, key=f.key) is None:
             flights.append(f)
+    _kubelet_admits(flights, rnd, refuse_confused=False)
+
+
+def _kubelet_admits(flights: list[handoff.Flight], rnd: Any, *, refuse_confused: bool) -> None:
+    """Admit `flights` in a random order, one pod at a time, its containers consecutively;
+    each call is answered from the first claimant, which must be the pod itself or an
+    interchangeable twin. With `refuse_confused`, a call `handoff.confused` flags is refused
+    instead (the agent's rule) and the kubelet fails that pod."""
     order = list(flights)
     rnd.shuffle(order)
     live = {f.key: f for f in flights}
     for actual in order:
         for req in actual.requests:
-            got = handoff.match_allocate(live.values(), req.resource, req.quantity)
-            assert got is not None, "every admitted container finds a pod"
-            chosen, _ = got
+            found = handoff.claimants(live.values(), req.resource, req.quantity)
+            assert found, "every container the kubelet admits has a claimant"
+            assert (found[0], found[0].pending[0]) == handoff.match_allocate(
+                live.values(), req.resource, req.quantity)
+            if refuse_confused and handoff.confused(found):
+                live.pop(actual.key, None)
+                break
+            chosen = found[0]
             assert chosen.key == actual.key or chosen.shape == actual.shape, (
                 f"{actual.key} was served {chosen.key}'s assignment, which differs")
             done = (*chosen.allocated, chosen.pending[0].container)
@@ -250,23 +263,7 @@ def test_expired_flights_never_hand_a_slice_to_the_wrong_pod(pods, rnd):
             waited.append(f)
         if expires:  # the kubelet is cut off: the extender stops waiting for every pod so far
             waited.clear()
-    order = list(flights)
-    rnd.shuffle(order)
-    live = {f.key: f for f in flights}
-    for actual in order:
-        for req in actual.requests:
-            found = handoff.claimants(live.values(), req.resource, req.quantity)
-            assert found, "every container the kubelet admits has a claimant"
-            if handoff.confused(found):
-                live.pop(actual.key, None)  # refused: the kubelet fails the pod
-                break
-            chosen = found[0]
-            assert chosen.key == actual.key or chosen.shape == actual.shape, (
-                f"{actual.key} was served {chosen.key}'s assignment, which differs")
-            done = (*chosen.allocated, chosen.pending[0].container)
-            live[chosen.key] = msgspec.structs.replace(chosen, allocated=done)
-            if not live[chosen.key].pending:
-                del live[chosen.key]
+    _kubelet_admits(flights, rnd, refuse_confused=True)
 
 
 def test_an_expired_flight_beside_a_confusable_one_is_refused_not_matched():
