@@ -3,7 +3,8 @@
  * region layout does not move when the compute fields change. Fixed-width fields only,
  * updated with C11 atomics; a process killed mid-update must leave them usable: the
  * budget is ONE word (tat_ns, a GCRA "theoretical arrival time") changed by CAS, so there
- * is no lock and nothing a dead process can hold. All other fields are statistics.
+ * is no lock and nothing a dead process can hold. `held_until_ns` is a plain time (any value is
+ * safe: a past one means nothing, a future one is bounded, compute/phase.h). The rest are statistics.
  * A zero-filled block is a valid initial state (full bucket). Docs: docs/compute.md. */
 #ifndef GPUSLICE_COMPUTE_SHARED_H
 #define GPUSLICE_COMPUTE_SHARED_H
@@ -32,7 +33,10 @@ struct gs_compute_device {
     _Atomic uint64_t last_demand_ns;  /* 64: last launch or throttle of any process */
     _Atomic uint64_t corrected_ns;    /* 72: other contexts' time slices taken out of batches */
     _Atomic uint64_t boot_id;         /* 80: boot the stored times belong to (hash, 0 = none yet) */
-    uint8_t reserved[GS_COMPUTE_DEVICE_BYTES - 88];
+    _Atomic uint64_t held_until_ns;   /* 88: a process here is held back by this budget until then;
+                                       * the container's processes on its other devices wait for it
+                                       * too (compute/phase.h: ranks of a job run in phase) */
+    uint8_t reserved[GS_COMPUTE_DEVICE_BYTES - 96];
 };
 
 /* Per process slot: what this process consumed and waited (metrics; nothing to reclaim). */
@@ -43,7 +47,9 @@ struct gs_compute_proc {
     _Atomic uint64_t throttled;       /* 24 */
     _Atomic int64_t inflight_ns;      /* 32: estimated GPU work launched but not yet measured */
     _Atomic uint64_t last_launch_ns;  /* 40 */
-    uint8_t reserved[GS_COMPUTE_PROC_BYTES - 48];
+    _Atomic uint64_t hold_max_ns;     /* 48: longest time one launch was held back */
+    _Atomic int64_t hold_over_debt_ns; /* 56: most one hold exceeded what it owed when it began:
+                                        * its device's debt, or the hold it followed (phase.h) */
 };
 
 _Static_assert(sizeof(struct gs_compute_device) == GS_COMPUTE_DEVICE_BYTES, "region layout");
@@ -52,7 +58,9 @@ _Static_assert(offsetof(struct gs_compute_device, busy_ns) == 16, "region layout
 _Static_assert(offsetof(struct gs_compute_device, last_demand_ns) == 64, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, corrected_ns) == 72, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, boot_id) == 80, "region layout");
+_Static_assert(offsetof(struct gs_compute_device, held_until_ns) == 88, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, inflight_ns) == 32, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, last_launch_ns) == 40, "region layout");
+_Static_assert(offsetof(struct gs_compute_proc, hold_over_debt_ns) == 56, "region layout");
 
 #endif

@@ -84,6 +84,7 @@ static void gs_compute_adopt_boot(struct gs_compute_device *blk)
     if (seen == gs_c.boot_id || !atomic_compare_exchange_strong(&blk->boot_id, &seen, gs_c.boot_id))
         return;
     atomic_store(&blk->tat_ns, 0);
+    atomic_store(&blk->held_until_ns, 0);
     if (seen != 0)
         GS_INFO("compute: budget state from another boot reset");
 }
@@ -210,6 +211,9 @@ static struct gs_cmeter *gs_compute_create(CUcontext ctx)
     cm->device = (int)dev;
     pthread_mutex_init(&cm->mu, NULL);
     gs_meter_init(&cm->meter, &gs_timing_ops, &cm->timing, blk, gs_region_compute_proc(), gs_c.pct);
+    for (int e = 0; e < GS_REGION_MAX_DEVICES; e++) /* the container's other devices (phase.h) */
+        if (gs_region_compute_device(e) != blk)
+            gs_phase_add(&cm->meter.phase, gs_region_compute_device(e));
     cm->meter.work_conserving = gs_c.work_conserving;
     cm->meter.priority = gs_c.priority;
     gs_compute_adopt_boot(blk);

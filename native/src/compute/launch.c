@@ -49,7 +49,7 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
     PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange = gs_real_cuThreadExchangeStreamCaptureMode;
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     int swapped = exchange && exchange(&mode) == CUDA_SUCCESS;
-    int64_t waited = 0;
+    int64_t waited = 0, due = 0; /* due: when what this launch owes is paid (last check) */
     for (;;) {
         int64_t now = gs_compute_now_ns();
         pthread_mutex_lock(&cm->mu);
@@ -63,9 +63,14 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
                         (long long)(waited / 1000000));
             w = 0;
         }
+        if (w > 0 || waited > 0) {
+            int64_t owed = gs_meter_debt_ns(&cm->meter, now);
+            if (owed > 0 || waited == 0)
+                due = now + owed;
+        }
         if (w <= 0) {
             if (waited > 0)
-                gs_meter_note_wait(&cm->meter, waited);
+                gs_meter_note_hold(&cm->meter, waited, now - due);
             gs_meter_before(&cm->meter, st, now);
             pthread_mutex_unlock(&cm->mu);
             break;

@@ -183,6 +183,23 @@ static int gs_meter_ahead(struct gs_meter *m, int64_t now)
     return (m->busy_total - m->fair_mine0) * (uint64_t)m->peers > m->peers_busy_ns - m->fair_peers0;
 }
 
+/* GPU work this process owes the bucket before it may launch: its own in flight, and the work
+ * its container's other processes on this device have in flight (the bucket is the
+ * container's). Any tenant can write the board, so a "peer" counts for at most half the bucket:
+ * a forged slot shrinks our burst, never our rate, and never blocks us. */
+static int64_t gs_meter_owed(const struct gs_meter *m)
+{
+    int64_t peers = m->peers_inflight_ns, most = GS_BUDGET_WINDOW_NS * m->pct / 100 / 2;
+    return m->inflight_ns + (peers < most ? peers : most);
+}
+
+int64_t gs_meter_debt_ns(struct gs_meter *m, int64_t now)
+{
+    int64_t own = gs_budget_wait_ns(m->dev, m->pct, now, gs_meter_owed(m));
+    int64_t follow = gs_phase_follow_ns(&m->phase, now);
+    return own > follow ? own : follow;
+}
+
 int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
 {
     gs_meter_poll(m, now);
@@ -190,11 +207,7 @@ int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
         return GS_METER_POLL_NS; /* GPU far behind, or cost still unknown: measure first */
     if (m->borrowing)
         return m->inflight_ns > GS_METER_BORROW_INFLIGHT_NS ? GS_METER_POLL_NS : 0;
-    /* the bucket is the container's: the work its other processes have in flight is owed too.
-     * Any tenant can write the board, so a "peer" counts for at most half the bucket: a forged
-     * slot shrinks our burst, never our rate, and never blocks us */
-    int64_t peers = m->peers_inflight_ns, most = GS_BUDGET_WINDOW_NS * m->pct / 100 / 2;
-    int64_t inflight = m->inflight_ns + (peers < most ? peers : most);
+    int64_t inflight = gs_meter_owed(m);
     int64_t wait = gs_budget_wait_ns(m->dev, m->pct, now, inflight);
     if (wait > 0) { /* held back: sleep until a quantum more has accrued (re-planned each call) */
         int shared = m->clean.others && m->correctable >= 192;
@@ -205,8 +218,12 @@ int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
         if (gs_meter_ahead(m, now))
             quantum *= 2;
         m->held_until = now + gs_budget_wait_ns(m->dev, m->pct, now, inflight + quantum);
+        if (m->phase.n > 0)
+            gs_phase_publish(m->dev, m->held_until); /* the other devices wait for it too */
     }
-    return now < m->held_until ? m->held_until - now : 0;
+    int64_t own = now < m->held_until ? m->held_until - now : 0;
+    int64_t follow = gs_phase_follow_ns(&m->phase, now);
+    return own > follow ? own : follow;
 }
 
 static int gs_meter_full(const struct gs_batch *b, int64_t now)
@@ -310,6 +327,25 @@ void gs_meter_note_wait(struct gs_meter *m, int64_t ns)
         atomic_fetch_add_explicit(&m->proc->throttle_ns, (uint64_t)ns, GS_RELAXED);
         atomic_fetch_add_explicit(&m->proc->throttled, 1, GS_RELAXED);
     }
+}
+
+static void gs_meter_max(_Atomic uint64_t *at, uint64_t v)
+{
+    uint64_t cur = atomic_load_explicit(at, GS_RELAXED);
+    while (cur < v && !atomic_compare_exchange_weak_explicit(at, &cur, v, GS_RELAXED, GS_RELAXED))
+        ;
+}
+
+void gs_meter_note_hold(struct gs_meter *m, int64_t ns, int64_t over)
+{
+    gs_meter_note_wait(m, ns);
+    if (!m->proc)
+        return;
+    gs_meter_max(&m->proc->hold_max_ns, (uint64_t)ns);
+    int64_t cur = atomic_load_explicit(&m->proc->hold_over_debt_ns, GS_RELAXED);
+    while (cur < over && !atomic_compare_exchange_weak_explicit(&m->proc->hold_over_debt_ns, &cur,
+                                                                over, GS_RELAXED, GS_RELAXED))
+        ;
 }
 
 void gs_meter_set_others(struct gs_meter *m, struct gs_meter_others others)

@@ -3,7 +3,8 @@
  * estimated size, age, or when the stream was seen idle), the pending queue, the per-launch
  * cost estimate (pre-debited while work is in flight), the union of busy spans (overlapping
  * streams of one process are counted once), the work-conserving board decision, the wake-up
- * quantum (larger next to other contexts) and the fairness between one container's processes.
+ * quantum (larger next to other contexts), the fairness between one container's processes, and
+ * launching in phase with the container's other devices (phase.h).
  * Does not: call CUDA (events go through gs_meter_ops), sleep, lock (launch.c holds a mutex).
  * Pure and deterministic given the ops and `now`; the simulator drives it with a fake GPU.
  * Failure: an ops error drops that batch (under-counts, never blocks); see docs/compute.md.
@@ -16,6 +17,7 @@
 
 #include "clean.h"
 #include "gpuslice/compute_shared.h"
+#include "phase.h"
 
 #define GS_METER_STREAMS 16
 #define GS_METER_PENDING 32
@@ -112,6 +114,7 @@ struct gs_meter {
     struct gs_span spans[GS_METER_SPANS];
     int n_spans;
     struct gs_clean clean;           /* clean per-launch durations (time-slice correction) */
+    struct gs_phase phase;           /* the container's other devices: launch in phase with them */
     int correctable;                 /* EMA of "the batch's key could be corrected", 0..256 */
     uint64_t busy_total;             /* GPU ns this meter charged (published on the board) */
     uint64_t batches;                /* batches measured */
@@ -134,6 +137,13 @@ void gs_meter_after(struct gs_meter *m, uintptr_t stream, enum gs_launch_kind ki
 void gs_meter_poll(struct gs_meter *m, int64_t now);
 /* Throttle accounting: the caller held one launch back for `ns` in total. */
 void gs_meter_note_wait(struct gs_meter *m, int64_t ns);
+/* What a launch held now owes, ns: the wall time this device's budget needs to pay what was
+ * charged and is in flight (own work and the peers' share admit counts), or the hold of another
+ * device of the container it follows (phase.h), whichever is longer. */
+int64_t gs_meter_debt_ns(struct gs_meter *m, int64_t now);
+/* gs_meter_note_wait, and the hold's statistics: `over_ns` = how long it went on after what
+ * it owed was paid (release time - the pay time gs_meter_debt_ns gave at its last check). */
+void gs_meter_note_hold(struct gs_meter *m, int64_t ns, int64_t over_ns);
 /* Record others' demand: decide borrowing (work-conserving mode) and feed the time-slice
  * correction (any mode). */
 void gs_meter_set_others(struct gs_meter *m, struct gs_meter_others others);
