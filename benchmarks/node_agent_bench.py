@@ -63,9 +63,13 @@ async def bench(args: argparse.Namespace, server: KubeApiServer, base: Path) -> 
     rng = random.Random(7)
     now = time.time()
     pods = []
-    for i in range(args.pods):  # a mix of 1- and 2-container pods; 1 or 2 GPUs each
+    # a mix of 1- and 2-container pods, 1 or 2 GPUs each, as the extender lets them fly
+    # together on one node (handoff.blocking_flight): pods with the same first request have the
+    # same shape (interchangeable), the others differ in it (distinguishable); the agent
+    # refuses calls that could be for pods of two shapes (allocate.match)
+    for i in range(args.pods):
         names = ["main"] if i % 3 else ["main", "side"]
-        qty = {n: 1 if (i + len(n)) % 4 else 2 for n in names}
+        qty = {"main": 1} if i % 3 else {"main": 2, "side": 1}
         gpus = {n: rng.sample([gpu(g) for g in range(args.gpus)], qty[n]) for n in names}
         p = pod(f"p{i}", [container(n, quantity=qty[n], mem=256, cores=0) for n in names], gpus,
                 at=now - args.pods + i)
