@@ -336,3 +336,44 @@ async def test_the_placement_policy_alone_exempts_an_agent_only_on_its_own_node(
         "metadata": {"annotations": {"gpuslice.io/allocated": "c"}}}, "agent-a"),
         "written by gpuslice only")
     assert "t-gpuslice-placement-annotations" in message
+
+
+def agent_client(cluster: Cluster, who: str) -> Any:
+    """A lightkube client as the agent's code makes one, with `who`'s token."""
+    from lightkube import AsyncClient, KubeConfig
+
+    config = KubeConfig.from_dict({
+        "apiVersion": "v1", "kind": "Config", "current-context": "agent",
+        "clusters": [{"name": "c", "cluster": {"server": cluster.kube_api.url,
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": cluster.tokens[who]}}],
+        "contexts": [{"name": "agent", "context": {"cluster": "c", "user": "u"}}]})
+    return AsyncClient(config=config)
+
+
+async def test_the_agents_own_write_calls_pass_on_its_node_and_fail_on_another(cluster):
+    """The functions the agent writes with (kube.patch for the inventory, the allocated mark
+    and swaps; dra.publisher for its slice), with its pod-bound token."""
+    from lightkube.resources.core_v1 import Node, Pod
+
+    from gpuslice import model
+    from gpuslice.dra.publisher import SlicePublisher
+    from gpuslice.kube import errors
+    from gpuslice.kube.patch import patch_metadata, update_metadata
+    from gpuslice.node.settings import DraConfig
+
+    client = agent_client(cluster, "agent-a")
+
+    def allocated(_obj: Any) -> dict[str, Any]:
+        return {"annotations": {"gpuslice.io/allocated": "c"}}
+
+    await patch_metadata(client, Node, "gpu-a", annotations={"gpuslice.io/inventory": "{}"})
+    assert await update_metadata(client, Pod, "work-a", allocated, namespace="default")
+    gpus = [model.GPU(uuid="GPU-a-0", model="NVIDIA H100", memory_mib=81920)]
+    await SlicePublisher(client, "gpu-a", DraConfig()).publish(gpus)
+    for attempt in (
+            patch_metadata(client, Node, "gpu-b", annotations={"gpuslice.io/inventory": "{}"}),
+            update_metadata(client, Pod, "work-b", allocated, namespace="default"),
+            SlicePublisher(client, "gpu-b", DraConfig()).publish(gpus)):
+        with pytest.raises(errors.APIError, match="t-gpuslice-"):
+            await attempt

@@ -115,6 +115,7 @@ class Agent:
                                        (gpu_path.DRA, cfg.dra.enabled)) if ok])
         self._path_due = asyncio.Event()
         self._serving: dict[str, list[asyncio.Task[Any]]] = {}  # path -> its running loops
+        self._stale_slice_checked = False  # a device-plugin node removes a slice left over
         self.node_watch: Informer[dict[str, Any]] = Informer(
             client, Node, fields={"metadata.name": cfg.node_name}, handler=self._on_node,
             name="this node")
@@ -447,6 +448,10 @@ class Agent:
         for path in [p for p, on in want.items() if on and p not in self._serving]:
             self._serving[path] = [asyncio.create_task(c) for c in self._path_loops(path)]
             log.info("serving the GPUs through %s", path, extra={"node": self.cfg.node_name})
+        if self.publisher is not None and gpu_path.DRA not in self._serving and \
+                not self._stale_slice_checked:  # from an agent that served both, or DRA
+            await self.publisher.remove()
+            self._stale_slice_checked = True
 
     def _path_loops(self, path: str) -> list[Awaitable[None]]:
         if path == gpu_path.DEVICE_PLUGIN:
@@ -463,9 +468,13 @@ class Agent:
             await self.kubelet.stop()
         elif self.dra_link is not None:
             await self.dra_link.stop()
+            if self.slice_watch is not None:  # a cancel alone can be taken for a lost watch
+                self.slice_watch.stop()
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        _, stuck = await asyncio.wait(tasks, timeout=5) if tasks else (set(), set())
+        if stuck:
+            log.error("%d loop(s) of the %s path did not stop within 5 s", len(stuck), path)
         if not leaving:
             return
         if path == gpu_path.DEVICE_PLUGIN:  # a link serves once: fresh ones for a way back
@@ -541,6 +550,7 @@ class Agent:
         finally:
             for path in list(self._serving):
                 await self._stop_path(path, leaving=False)
+            self.node_watch.stop()
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

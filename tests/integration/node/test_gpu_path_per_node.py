@@ -14,6 +14,7 @@ from lightkube.resources.core_v1 import Node as NodeRes
 from lightkube.resources.resource_v1 import ResourceSlice
 from lightkube.types import PatchType
 
+from gpuslice import model
 from gpuslice.dra import DRIVER
 from gpuslice.kube import errors
 from gpuslice.kube.client import dict_view
@@ -68,6 +69,22 @@ async def test_a_node_serves_its_default_path_alone(node):
     await wait_for(lambda: node.agent.ready() is None, "ready")
     assert set(node.agent._serving) == {DEVICE_PLUGIN}
     assert await published(node) is None, "a device-plugin node publishes no ResourceSlice"
+
+
+async def test_a_device_plugin_node_deletes_a_slice_left_from_before(kube_api, tmp_path):
+    from gpuslice.dra import slices
+    from kubelet.nodeharness import running_node
+
+    client = kube_api.async_client()
+    stale = slices.build_slice(NODE, [model.GPU(uuid=gpu(0), model="H100", memory_mib=16384)])
+    await client.create(dict_view(ResourceSlice)(stale))  # an agent that served both paths
+    async with running_node(kube_api, **dra_flags(str(tmp_path))) as n:
+        await wait_for(lambda: n.agent.ready() is None, "ready")
+        async def gone() -> bool:
+            return await published(n) is None
+
+        await wait_for(gone, "the stale slice deleted")
+        assert set(n.agent._serving) == {DEVICE_PLUGIN}
 
 
 async def test_a_relabelled_node_drains_then_switches_and_back(node):
