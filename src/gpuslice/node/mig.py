@@ -111,10 +111,14 @@ class MigManager:
     def decorate(self, gpus: tuple[model.GPU, ...]) -> tuple[model.GPU, ...]:
         out = []
         for g in gpus:
-            profiles = self.geometry.allowed(g.model, self.backend.mig_profiles(g.uuid))
-            instances = tuple(mig.Instance(profile=d.profile, start=d.start, size=d.size,
-                                           uuid=d.uuid)
-                              for d in self.backend.mig_devices(g.uuid))
+            try:
+                profiles = self.geometry.allowed(g.model, self.backend.mig_profiles(g.uuid))
+                instances = tuple(mig.Instance(profile=d.profile, start=d.start, size=d.size,
+                                               uuid=d.uuid)
+                                  for d in self.backend.mig_devices(g.uuid))
+            except MigError as err:  # published with no profile: nothing is placed there
+                log.error("MIG state of GPU %s unreadable: %s", g.uuid, err)
+                profiles, instances = (), ()
             out.append(replace_gpu(g, mig.MigGPU(profiles=profiles, instances=instances)))
         self.changed = False
         return tuple(out)
@@ -124,7 +128,10 @@ class MigManager:
                live: Mapping[str, model.PodAssignment]) -> list[str]:
         """MIG-... UUIDs of the container's instances, made where missing."""
         with self._lock:
-            return [self._one(pod_uid, s, live) for s in slices]
+            try:
+                return [self._one(pod_uid, s, live) for s in slices]
+            except MigError as err:  # a read (devices, profiles, processes) NVML refused
+                raise AllocateError(f"MIG: {err}") from None
 
     def _one(self, pod_uid: str, s: model.GPUSlice,
              live: Mapping[str, model.PodAssignment]) -> str:
@@ -174,7 +181,11 @@ class MigManager:
 
     def _destroy(self, d: MigDevice, journal: dict[str, Any], *, why: str) -> None:
         """Destroy `d` unless a process runs on it (AllocateError then: never under a process)."""
-        pids = self.backend.mig_processes(d.gpu, d.gi_id)
+        try:
+            pids = self.backend.mig_processes(d.gpu, d.gi_id)
+        except MigError as err:  # never destroyed blind
+            raise AllocateError(f"GPU {d.gpu}: cannot tell which processes run on "
+                                f"{d.profile}@{d.start} ({err}); not destroyed") from None
         if pids:
             raise AllocateError(f"GPU {d.gpu}: MIG instance {d.profile}@{d.start} is {why} but "
                                 f"processes {list(pids)} still run on it; retry when they end")
@@ -208,9 +219,11 @@ class MigManager:
             wanted = {f"{x.uuid}@{x.mig.start}": uid for uid, a in live.items()
                       for x in a.slices() if x.mig is not None}
             done = []
-            by_gpu: dict[str, tuple[MigDevice, ...]] = {}
+            by_gpu: dict[str, tuple[MigDevice, ...] | None] = {}
             for key, entry in sorted(journal.items()):
                 gpu, _, start = key.rpartition("@")
+                if gpu in by_gpu and by_gpu[gpu] is None:
+                    continue  # its GPU did not answer this round
                 if key in wanted:  # a live pod's placement: kept, whoever the journal named
                     if wanted[key] != entry.get("pod"):  # (the agent swapped two pods' places)
                         journal[key] = {**entry, "pod": wanted[key]}
@@ -219,8 +232,14 @@ class MigManager:
                     journal.pop(key)
                     continue
                 if gpu not in by_gpu:
-                    by_gpu[gpu] = self.backend.mig_devices(gpu)
-                d = next((x for x in by_gpu[gpu] if str(x.start) == start), None)
+                    try:
+                        by_gpu[gpu] = self.backend.mig_devices(gpu)
+                    except MigError as err:
+                        log.error("MIG instances of GPU %s unreadable: %s", gpu, err)
+                        by_gpu[gpu] = None
+                        continue
+                devices = by_gpu[gpu] or ()
+                d = next((x for x in devices if str(x.start) == start), None)
                 if d is None:  # made never (killed before create) or destroyed by someone
                     journal.pop(key)
                     continue

@@ -185,3 +185,22 @@ def test_reconcile_keeps_an_instance_a_live_pod_names_after_a_swap_of_assignment
     assert m.reconcile({"uid-a": b, "uid-b": a}) == []
     assert len(backend.mig_devices("GPU-0")) == 2
     assert json.loads((tmp_path / "mig.json").read_text())["GPU-0@0"]["pod"] == "uid-b"
+
+
+def test_nvml_failures_refuse_allocate_and_never_destroy_blind(tmp_path, monkeypatch):
+    backend = fake(tmp_path)
+    m = manager(tmp_path, backend)
+    a = assignment(("GPU-0", "1g.10gb", 0))
+    m.attach("uid-a", a.slices(), {"uid-a": a})
+
+    def unreadable(*_):
+        raise MigError("nvmlDeviceGetComputeRunningProcesses on GPU GPU-0: Unknown Error")
+    monkeypatch.setattr(backend, "mig_processes", unreadable)
+    assert m.reconcile({}) == [], "processes unknown: kept"
+    assert len(backend.mig_devices("GPU-0")) == 1
+    monkeypatch.setattr(backend, "mig_devices", unreadable)
+    with pytest.raises(AllocateError, match=r"MIG: .*Unknown Error"):
+        m.attach("uid-b", assignment(("GPU-0", "1g.10gb", 3)).slices(), {})
+    assert m.reconcile({}) == []
+    gpus = m.decorate((model.GPU(uuid="GPU-0", model=H100, memory_mib=81559),))
+    assert gpus[0].mig == mig.MigGPU(profiles=()), "published with nothing to place on"
