@@ -26,14 +26,14 @@ __all__ = ["bypass_refused"]
 _HOW = {
     "label": "gpuslice skips a pod with this label",
     "scheduler": "another scheduler would bind it",
-    "node": "no scheduler places a pod with spec.nodeName",
 }
 
 
 def bypass_refused(how: str, what: str, namespace: str, allowed: Collection[str]) -> str | None:
     """The denial line for a GPU pod in `namespace` that would skip gpuslice's placement `how`
-    ("label", "scheduler" or "node"; `what` is the field and value), or None where the
-    operator allows it (`allowed`: the bypassNamespaces)."""
+    ("label" or "scheduler"; `what` is the field and value), or None where the operator allows
+    it (`allowed`: the bypassNamespaces). spec.nodeName keeps admit.py's own line (it names
+    the fix: a nodeSelector)."""
     if namespace in allowed:
         return None
     where = f"namespace {brief(namespace)}" if namespace else "this namespace"
