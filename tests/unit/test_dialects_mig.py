@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+import yaml
+
+from gpuslice import mig
 from gpuslice.dialects import parse_pod
 from gpuslice.errors import RequestError
 
@@ -48,3 +52,18 @@ def test_disagreeing_mode_annotations_are_denied_naming_both():
                                "gpuslice.io/gpu-mode": "shim"}))
     assert "annotation gpuslice.io/gpu-mode=shim: disagrees with volcano.sh/vgpu-mode=mig" in \
         str(err.value)
+
+
+def test_the_bundled_volcano_mig_pod_asks_for_a_3g_on_an_h100():
+    pod = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "mig" /
+                          "volcano-mig-pod.yaml").read_text())
+    got = parse_pod(pod)
+    (s,) = got.slices
+    assert got.mig and s.count == 1
+    assert mig.profile_for(mig.CATALOG["H100-80GB"], s.memory_mib, s.cores).name == "3g.40gb"
+
+
+def test_the_bundled_volcano_pod_stays_a_shared_slice():
+    pod = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "pods" /
+                          "volcano.yaml").read_text())
+    assert parse_pod(pod).mig is False, "vgpu-mode: hami-core"
