@@ -39,11 +39,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import copy
 import json
 import math
 import os
 import random
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -588,8 +590,12 @@ def plain_pod(name: str) -> dict[str, Any]:
                                      "resources": {"requests": {"cpu": "1m"}}}]}}
 
 
-async def start_webhook(client: AsyncClient, base: Path) -> Any:
-    """gpuslice's webhook (DRA path by default) over HTTPS, called by kube-apiserver."""
+async def start_webhook(client: AsyncClient, base: Path, kubeconfig: Path) -> Any:
+    """`gpuslice webhook` in its own process (DRA path by default) over HTTPS, called by
+    kube-apiserver, as a cluster runs it; the Popen, stopped by the caller."""
+    import subprocess
+
+    import yaml
     from lightkube.models.admissionregistration_v1 import (
         MutatingWebhook,
         RuleWithOperations,
@@ -598,38 +604,42 @@ async def start_webhook(client: AsyncClient, base: Path) -> Any:
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
 
-    from gpuslice.webhook import config
     from gpuslice.webhook.certgen import certgen
-    from gpuslice.webhook.command import Server
 
     tls = base / "webhook-tls"
-    cfg = config.WebhookConfig(address="127.0.0.1", port=0, cert_file=str(tls / "tls.crt"),
-                               key_file=str(tls / "tls.key"), check_namespace_labels=False,
-                               dra=config.DraSection(enabled=True, default_path="dra"))
     await certgen(service="unused", namespace="default", ips=["127.0.0.1"], out_dir=str(tls))
-    server = Server(cfg, client=AsyncClient(config=client.config))
-    await server.start()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    (base / "webhook.yaml").write_text(yaml.safe_dump({
+        "address": "127.0.0.1", "port": port, "certFile": str(tls / "tls.crt"),
+        "keyFile": str(tls / "tls.key"), "checkNamespaceLabels": False,
+        "kubeconfig": str(kubeconfig), "dra": {"enabled": True, "defaultPath": "dra"}}))
+    log = (base / "webhook.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-c", "from gpuslice.cli import main; main()",
+                             "webhook", "--config", str(base / "webhook.yaml")],
+                            stdout=log, stderr=subprocess.STDOUT)
     with contextlib.suppress(errors.Conflict), errors.translate("create the webhook config"):
         await client.create(MutatingWebhookConfiguration(
             metadata=ObjectMeta(name="gpuslice-dra-bench"), webhooks=[MutatingWebhook(
                 name="pods.gpuslice.io", admissionReviewVersions=["v1"],
                 sideEffects="NoneOnDryRun", failurePolicy="Fail", timeoutSeconds=10,
-                clientConfig=WebhookClientConfig(
-                    url=f"https://127.0.0.1:{server.port}/mutate"),
+                clientConfig=WebhookClientConfig(url=f"https://127.0.0.1:{port}/mutate"),
                 rules=[RuleWithOperations(apiGroups=[""], apiVersions=["v1"],
                                           operations=["CREATE"], resources=["pods"])])]))
     await certgen(service="unused", namespace="default", ips=["127.0.0.1"], out_dir=str(tls),
                   webhook_config="gpuslice-dra-bench", client=client)
     probe = dialect_pod("probe", 0)
-    for _ in range(300):  # kube-apiserver calls it once it has the caBundle
-        inventory = server.inventory.current() if server.inventory else None
-        if inventory is not None and inventory.slices:
-            with contextlib.suppress(errors.APIError), errors.translate("probe the webhook"):
-                got = await client.create(dict_view(Pod)(probe), namespace=NS, dry_run=True)
-                if got["spec"].get("resourceClaims"):
-                    return server
+    for _ in range(600):  # kube-apiserver calls it once it has the caBundle and the slices
+        if proc.poll() is not None:
+            break
+        with contextlib.suppress(errors.APIError), errors.translate("probe the webhook"):
+            got = await client.create(dict_view(Pod)(probe), namespace=NS, dry_run=True)
+            if got["spec"].get("resourceClaims"):
+                return proc
         await asyncio.sleep(0.1)
-    raise RuntimeError("kube-apiserver never called the webhook (see its log)")
+    proc.terminate()
+    raise RuntimeError(f"the webhook never translated a pod: see {base / 'webhook.log'}")
 
 
 class PodWatch:
@@ -639,6 +649,8 @@ class PodWatch:
     def __init__(self, client: AsyncClient) -> None:
         self.bound: set[str] = set()
         self.refused: set[str] = set()
+        self.claims_missing: set[str] = set()  # kube-controller-manager has not made them all
+        self.decided_at = 0.0  # perf_counter of the last bind or refusal seen
         self.informer = Informer(client, Pod, namespace=NS, handler=self._on)
 
     def _on(self, change: Any) -> None:
@@ -648,17 +660,26 @@ class PodWatch:
             self.bound.discard(name)
             self.refused.discard(name)
             return
-        if (pod.get("spec") or {}).get("nodeName"):
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        wanted = {c.get("name") for c in spec.get("resourceClaims") or ()}
+        made = {c.get("name") for c in status.get("resourceClaimStatuses") or ()
+                if c.get("resourceClaimName")}
+        (self.claims_missing.add if wanted - made else self.claims_missing.discard)(name)
+        if spec.get("nodeName"):
+            if name not in self.bound:
+                self.decided_at = time.perf_counter()
             self.bound.add(name)
             self.refused.discard(name)
-        elif unschedulable(pod):
+        elif unschedulable(pod) and name not in self.refused:
             self.refused.add(name)
+            self.decided_at = time.perf_counter()
 
 
 async def schedule_timed(plane: Any, args: argparse.Namespace, watch: PodWatch,
                          names: list[str], during: Any = None) -> float:
     """Launch kube-scheduler and wait until every pod of `names` is bound or found no room;
-    the seconds from the launch (its start-up counts, for both kinds of pod alike)."""
+    the seconds from the launch (its start-up counts, for both kinds of pod alike) to the last
+    bind or refusal (a wait that ends without progress is not counted: GAVE_UP says so)."""
     want = set(names)
 
     async def undecided() -> int:
@@ -673,7 +694,7 @@ async def schedule_timed(plane: Any, args: argparse.Namespace, watch: PodWatch,
             await side
             await until("kube-scheduler to place the pod created again", undecided,
                         args.timeout, poll=0.05)
-        return time.perf_counter() - t0
+        return watch.decided_at - t0
     finally:
         proc.stop()
 
@@ -719,13 +740,13 @@ async def dialect_burst(client: AsyncClient, args: argparse.Namespace, base: Pat
     out: dict[str, Any] = {}
     watch = PodWatch(client)
     watching = asyncio.create_task(watch.informer.run())
-    server = None
+    webhook = None
     restarts: dict[str, Any] = {}
     try:
         for name in names:
             nodes[name], _ = await start_node(client, name, base, args.gpus, args.step)
         out["nodes_untainted_s"] = round(await ready_nodes(client, names, args.timeout), 2)
-        server = await start_webhook(client, base)
+        webhook = await start_webhook(client, base, plane.kubeconfig)
         await asyncio.wait_for(watch.informer.synced.wait(), args.timeout)
 
         plain = [plain_pod(f"plain-{i:05d}") for i in range(args.pods)]
@@ -740,7 +761,7 @@ async def dialect_burst(client: AsyncClient, args: argparse.Namespace, base: Pat
         kinds = [k for k, shape in enumerate(DIALECT_SHAPES) for _ in range(shape[3])]
         shapes = [rng.choice(kinds) for _ in range(args.pods)]
         bodies = [dialect_pod(f"dialect-{i:05d}", k) for i, k in enumerate(shapes)]
-        created_s, denied = await create_all(client, bodies)
+        created_s, denied = await create_all(client, copy.deepcopy(bodies))
         out["dialect_create_s"] = round(created_s, 2)
         out["denied_at_admission"] = denied[:3]
         templated = {b["metadata"]["name"] for b in bodies}
@@ -770,11 +791,21 @@ async def dialect_burst(client: AsyncClient, args: argparse.Namespace, base: Pat
                                                          namespace=NS)
                             if owner_pod(dict(c)) == victim])
             await until(f"the claims of {victim} to go with it", gone, args.timeout)
-            await create_all(client, [body])
-            restarts["pod"] = {"pod": victim, "recreated": True}
+            errors_seen: list[str] = []
+            for _ in range(5):  # as a controller would: again after a failure
+                _, failed = await create_all(client, [copy.deepcopy(body)])
+                errors_seen += failed
+                if not failed:
+                    break
+                await asyncio.sleep(1)
+            restarts["pod"] = {"pod": victim, "recreated": not failed,
+                               "attempts": len(errors_seen) + (not failed), "errors": errors_seen}
         dialect_s = await schedule_timed(plane, args, watch, sorted(templated), restart_mid_burst)
         out["dialect_bound"] = len(templated & watch.bound)
         out["dialect_unschedulable"] = len(templated & watch.refused)
+        stuck = sorted(templated - watch.bound - watch.refused)
+        out["undecided"] = {"pods": stuck[:5], "count": len(stuck), "claims_not_made_by_kcm":
+                            len(set(stuck) & watch.claims_missing)}
 
         claims = [dict(c) async for c in client.list(dict_view(ResourceClaim), namespace=NS)
                   if owner_pod(dict(c)) in templated]
@@ -820,8 +851,9 @@ async def dialect_burst(client: AsyncClient, args: argparse.Namespace, base: Pat
         watching.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await watching
-        if server is not None:
-            await server.stop()
+        if webhook is not None:
+            webhook.terminate()
+            webhook.wait(10)
         for n in nodes.values():
             with contextlib.suppress(Exception):
                 await n.stop()
