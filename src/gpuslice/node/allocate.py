@@ -108,9 +108,15 @@ def _bound_here(pod: Mapping[str, Any], node: str) -> bool:
 
 
 def _flight_here(pod: Mapping[str, Any], node: str) -> InFlight | None:
-    """The pod's flight on `node` whenever it was bound (callers apply the window), or None."""
+    """The pod's flight on `node` whenever it was bound (callers apply the window), or None.
+    Also while it is being deleted: the kubelet may still admit a pod it meets with a
+    deletionTimestamp (after a partition), and that pod has a slice of its own to be given
+    (flight_of leaves such pods out for the extender, which stops waiting for them)."""
     if not _bound_here(pod, node):
         return None
+    meta = pod.get("metadata")
+    if isinstance(meta, Mapping) and meta.get("deletionTimestamp"):
+        pod = {**pod, "metadata": {k: v for k, v in meta.items() if k != "deletionTimestamp"}}
     f = handoff.flight_of(pod, 0.0, math.inf)
     if f is None or f.node != node:
         return None

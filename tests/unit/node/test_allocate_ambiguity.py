@@ -113,3 +113,18 @@ def test_preferred_allocation_steers_to_the_claimant_even_where_allocate_would_r
     flights = in_flight([owner, thief], NODE, NOW, 30)
     assert strangers([owner, thief], NODE), "Allocate would refuse now"
     assert preferred(flights, "nvidia.com/gpu", available, [], 1) == [f"{gpu(1)}::0"]
+
+
+def test_a_pod_deleted_before_the_kubelet_met_it_keeps_its_own_slice_and_rivals():
+    """After a partition the kubelet may meet a pod already being deleted and its replacement
+    together; the deleted one is still gpuslice's: answered from its own assignment where it is
+    the only claimant, and a claimant that makes other shapes ambiguous."""
+    gone = pod("gone", [container("main", mem=4000)], {"main": [gpu(0)]}, at=NOW - 300)
+    gone["metadata"]["deletionTimestamp"] = "2026-11-27T00:00:00Z"
+    assert strangers([gone], NODE) == []
+    assert _answer([gone], [f"{gpu(0)}::0"]).pod_key == "default/gone"
+    twin = pod("twin", [container("main", mem=4000)], {"main": [gpu(1)]}, at=NOW - 1)
+    assert _answer([gone, twin], [f"{gpu(0)}::0"]).pod_key == "default/gone"
+    other = pod("other", [container("main", mem=12000)], {"main": [gpu(1)]}, at=NOW - 1)
+    with pytest.raises(AmbiguousAllocate):
+        _answer([gone, other], [f"{gpu(0)}::0"])
