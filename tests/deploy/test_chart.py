@@ -445,3 +445,16 @@ def test_docs_show_the_policy_and_match_conditions_the_chart_renders():
     (got,) = next(o for o in documented if o["kind"] == "MutatingWebhookConfiguration")[
         "webhooks"]
     assert squeeze(got["matchConditions"]) == squeeze(want["matchConditions"])
+
+
+@pytest.mark.parametrize("path", ["dra", "device-plugin"])
+def test_pods_and_nodes_default_to_the_same_gpu_path(path, tmp_path):
+    done = run_helm("template", "t", str(CHART), "--namespace", "gpuslice-system", *CLUSTER,
+                    "--set", "dra.enabled=true", "--set", f"dra.defaultPath={path}")
+    assert done.returncode == 0, done.stderr
+    objs = [o for o in yaml.safe_load_all(done.stdout) if o]
+    _, hook, node = service_configs(objs, tmp_path)
+    assert node.gpu_path == path, "a node without the gpuslice.io/gpu-path label"
+    assert hook.dra.default_path == path, "a pod that names no path goes where nodes are"
+    bad = run_helm("lint", str(CHART), "--set", "dra.defaultPath=mig")
+    assert bad.returncode != 0, "the schema names the two paths"
