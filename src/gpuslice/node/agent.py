@@ -104,7 +104,7 @@ class Agent:
         self.cluster = Cluster(client, cfg.node_name, pod_resync_s=cfg.pod_resync_seconds,
                                journal=state / "answered.json")
         self.swapper = Swapper(client, self.regions_root, state / "swaps.json")
-        self.mig = mig_mode.start(backend, self.devices, cfg.mig, state) \
+        self.mig = mig_mode.start(backend, self.devices, cfg.mig, state, hidden=cfg.hide_gpus) \
             if cfg.mode == "mig" else None  # type: ignore[arg-type]  # nvml.MigBackend too
         self.inventory = Inventory(self.devices, cfg, self.cluster.set_node_annotation,
                                    decorate=self.mig.decorate if self.mig else None)

@@ -43,8 +43,10 @@ JOURNAL = "mig.json"
 
 
 def start(backend: MigBackend, devices: Sequence[DeviceInfo], cfg: MigConfig,
-          state_dir: Path) -> MigManager:
-    """Check every GPU is MIG-capable with MIG enabled now; EnvironmentProblem otherwise."""
+          state_dir: Path, *, hidden: Sequence[str] = ()) -> MigManager:
+    """Check every GPU but the `hidden` ones (hideGPUs: UUIDs or NVML indexes) is MIG-capable
+    with MIG enabled now; EnvironmentProblem otherwise."""
+    devices = [d for d in devices if d.uuid not in hidden and str(d.index) not in hidden]
     problems = []
     for d in devices:
         at = f"GPU {d.index} ({d.uuid}, {d.model})"

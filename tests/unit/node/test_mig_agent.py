@@ -204,3 +204,10 @@ def test_nvml_failures_refuse_allocate_and_never_destroy_blind(tmp_path, monkeyp
     assert m.reconcile({}) == []
     gpus = m.decorate((model.GPU(uuid="GPU-0", model=H100, memory_mib=81559),))
     assert gpus[0].mig == mig.MigGPU(profiles=()), "published with nothing to place on"
+
+
+def test_hidden_gpus_are_not_checked(tmp_path):
+    backend = fake(tmp_path, enabled=False)
+    with pytest.raises(EnvironmentProblem, match="GPU 1"):
+        node_mig.start(backend, backend.devices(), MigConfig(), tmp_path, hidden=["GPU-0"])
+    node_mig.start(backend, backend.devices(), MigConfig(), tmp_path, hidden=["GPU-0", "1"])
