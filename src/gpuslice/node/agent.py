@@ -2,7 +2,8 @@
 
 Owns: construction from the config (backend, health, cluster view, inventory, plugins, kubelet
 link, exporter, watchdog, verification; with `dra.enabled` the DRA plugin, its sockets and the
-ResourceSlice publisher, republished on health changes), the loops that drive them,
+ResourceSlice publisher, republished on health changes), the loops that drive them (the
+device plugins' and DRA's started and stopped as the node's GPU path says, node/path.py),
 installing the library into `<state-dir>/lib` (with the ld.so.preload that loads it), the
 Allocate path (answer from the pod store; on a miss, list the pods once more and retry; then
 write the container's region with its limits, regions.place), and SIGTERM/SIGINT handling.
@@ -13,7 +14,7 @@ sockets, flushes events and leaves regions, DRA claims and the ResourceSlice in 
 Failure: start-up problems (no GPU, bad config, no library, no API configuration) raise
 EnvironmentProblem/ConfigError before anything is served (CLI exit 3/1).
 Tests: tests/integration/node/test_agent_with_kubelet.py,
-tests/integration/dra/test_plugin_with_kubelet.py
+tests/integration/dra/test_plugin_with_kubelet.py, tests/integration/node/test_gpu_path_per_node.py
 """
 
 from __future__ import annotations

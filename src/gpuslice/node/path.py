@@ -9,7 +9,8 @@ GPU through it (the kubelet's PodResources; DRA: claims still prepared). A path 
 cannot serve (DRA off in its config, no device resources) is refused with a problem string.
 Does not: start or stop plugins (node/agent.py does, on what `serving` says) or read the API.
 Invariant: at any time at most one path advertises GPUs.
-Tests: tests/unit/node/test_gpu_path.py, tests/integration/node/test_gpu_path_per_node.py
+Tests: tests/unit/node/test_gpu_path.py, tests/integration/node/test_gpu_path_per_node.py,
+tests/integration/real_node/test_real_node_gpu_path.py (the real kubelet)
 """
 
 from __future__ import annotations
