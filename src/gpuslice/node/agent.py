@@ -5,7 +5,8 @@ link, exporter, watchdog, verification; with `dra.enabled` the DRA plugin, its s
 ResourceSlice publisher, republished on health changes), the loops that drive them (the
 device plugins' and DRA's started and stopped as the node's GPU path says, node/path.py),
 installing the library into `<state-dir>/lib` (with the ld.so.preload that loads it), the
-Allocate path (answer from the pod store; on a miss, list the pods once more and retry; then
+Allocate path (answer from the pod store, listed again before a pod's first answer and on a
+miss; an ambiguous call is refused with an AllocateAmbiguous event on each pod concerned; then
 write the container's region with its limits, regions.place), and SIGTERM/SIGINT handling.
 Does not: hold any logic of its own beyond wiring; each decision lives in its module.
 Invariants: the kubelet is served whatever the API server does; a stop closes the plugin
@@ -13,7 +14,7 @@ sockets, flushes events and leaves regions, DRA claims and the ResourceSlice in 
 (containers keep running; `--remove-dra-slices` deletes the slice at uninstall).
 Failure: start-up problems (no GPU, bad config, no library, no API configuration) raise
 EnvironmentProblem/ConfigError before anything is served (CLI exit 3/1).
-Tests: tests/integration/node/test_agent_with_kubelet.py,
+Tests: tests/integration/node/test_agent_with_kubelet.py, test_allocate_attacks.py,
 tests/integration/dra/test_plugin_with_kubelet.py, tests/integration/node/test_gpu_path_per_node.py
 """
 
