@@ -195,6 +195,8 @@ class ClusterState:
         name = assignment.node
         if name in self._mig:
             self._mig.assign(pod_key, assignment)
+            if pod_key in self._pods:  # it moved from a shared-slice node
+                self._forget(pod_key)
             return
         inv = self._inv.get(name)
         if inv is None:
@@ -232,6 +234,7 @@ class ClusterState:
         self._fp[pod_key] = fp
         self._node_pods[name].add(pod_key)
         self._apply(name, fp, 1)
+        self._mig.release(pod_key)  # it may have moved from a MIG node
 
     def release(self, pod_key: str) -> bool:
         if self._mig.release(pod_key):

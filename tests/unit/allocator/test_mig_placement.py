@@ -149,3 +149,17 @@ def test_gpu_usage_reports_mig_instances_held():
     cs.assign(*held("m", 0, "7g.80gb", 0))
     (u,) = cs.gpu_usage()
     assert (u.slices, u.cores_used, u.exclusive) == (1, 100, True)
+
+
+def test_a_pod_reassigned_across_modes_is_held_on_one_side_only():
+    cs = ClusterState()
+    cs.add_node(mig_node("m"))
+    cs.add_node(NodeInventory(node="s", gpus=(GPU(uuid="s-0", model="m", memory_mib=16384),)))
+    cs.assign(*held("m", 0, "7g.80gb", 0, key="ns/p"))
+    shared = PodAssignment(node="s", containers=(ContainerAssignment(container="c", slices=(
+        GPUSlice(uuid="s-0", memory_mib=1000, cores=0),)),))
+    cs.assign("ns/p", shared)
+    assert cs.pods() == {"ns/p": shared}
+    assert placed(cs, mig_pod(pct=100)) == [("m-gpu0", "7g.80gb", 0)], "its 7g was freed"
+    cs.assign(*held("m", 1, "1g.10gb", 0, key="ns/p"))
+    assert [u.memory_used_mib for u in cs.gpu_usage() if u.node == "s"] == [0]
