@@ -250,8 +250,8 @@ class MigNodes:
     def place(self, name: str, pod: PodRequest) -> MigPlacement | Rejection:
         """The pod's placement on MIG node `name`, or why there is none (names the profile)."""
         inv = self._inv[name]
-        views = [_GPUView(g, self._held(name).get(g.uuid, [])) for g in inv.gpus
-                 if g.mig is not None]
+        held = self._held(name)
+        views = [_GPUView(g, held.get(g.uuid, [])) for g in inv.gpus if g.mig is not None]
         containers = []
         for s in pod.slices:
             chosen: list[GPUSlice] = []
