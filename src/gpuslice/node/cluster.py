@@ -104,6 +104,10 @@ class Cluster:
     async def refresh(self) -> bool:
         """List this node's pods now; False (store kept) if the API does not answer."""
         async with self._refresh_lock:
+            # only pods held before the list began can be gone for not being in it: one the
+            # watch adds meanwhile is newer than the list (dropping it would hide from
+            # Allocate a pod the kubelet may be admitting)
+            before = set(self._pods)
             try:
                 with errors.translate(f"list pods on node {self.node}"):
                     got = [dict(p) async for p in self.client.list(
@@ -112,7 +116,7 @@ class Cluster:
                 self._down(exc)
                 return False
         listed = {str(p["metadata"].get("uid", "")) for p in got}
-        for uid in set(self._pods) - listed:
+        for uid in (before & set(self._pods)) - listed:
             del self._pods[uid]
         for p in got:
             self._put(p)
