@@ -13,7 +13,7 @@ an agent restart; the watch and the lists feed one store where a pod's version o
 forward (kube.cache.newer); a pod deleted meanwhile drops its queued write.
 On failure: `reachable` turns False, the store keeps its last content, writes stay queued and
 are retried every `retry_s` (doubling to 30 s) until the API server answers again.
-Tests: tests/integration/node/test_agent_with_kubelet.py
+Tests: tests/integration/node/test_agent_with_kubelet.py, tests/unit/node/test_cluster_refresh.py
 """
 
 from __future__ import annotations
