@@ -20,21 +20,26 @@
 #define SC_RANKS 8
 #define SC_Q 4096
 #define SC_EVENTS 256
-#define SC_STEPS 4096
+#define SC_STEPS 32768
 #define SC_INF INT64_MAX
 #define SC_MAX_WAIT_NS GS_BUDGET_HORIZON_NS /* launch.c: fail open after this */
 
 struct gs_coll_cfg {
     int64_t ranks, limit_pct, phase, duration_ns, warmup_ns;
-    int64_t kernels, kernel_ns, coll_ns; /* per step: kernels of kernel_ns, one collective */
+    int64_t kernels, kernel_ns, coll_ns; /* per step: kernels of kernel_ns, `colls` collectives */
+    int64_t colls, coll_first;           /* back-to-back collectives; 1: they open the step */
+    int64_t barrier_first;               /* 1: a rank's first step is one collective and a sync
+                                          * (dist.barrier() after init, DDP's broadcast) */
     int64_t launch_ns, step_cpu_ns;      /* CPU per launch; after each step's sync */
     int64_t min_sleep_ns, max_sleep_ns;
     int64_t start_ns[SC_RANKS];          /* when each rank starts (skew) */
     int64_t kernel_scale_pct[SC_RANKS];  /* a rank's kernels take this % of kernel_ns (0 = 100) */
+    int64_t cpu_skew_ns[SC_RANKS];       /* a rank's extra CPU time after each sync */
+    int64_t launch_extra_ns[SC_RANKS];   /* a rank's extra CPU time per launch (a slower CPU) */
 };
 
 struct gs_coll_result {
-    int64_t steps, step_p50_ns, step_max_ns;
+    int64_t steps, step_p50_ns, step_max_ns, step_mean_ns;
     int64_t hold_max_ns, over_debt_max_ns, throttle_ns;
     int64_t measured_ns;  /* GPU ns the meter charged within [warmup, duration) */
     int64_t spin_ns;      /* time collectives waited for another rank, after warmup */
@@ -213,12 +218,15 @@ static void sc_rank_run(struct sc *S, int i)
             r->steps[r->n_steps++] = S->now - r->step_start;
         r->in_sync = 0;
         r->launched_in_step = 0;
-        r->next = S->now + c->step_cpu_ns;
+        r->next = S->now + c->step_cpu_ns + c->cpu_skew_ns[i];
         r->step_start = r->next;
         return;
     }
     int limited = c->limit_pct > 0;
-    int coll = r->launched_in_step == c->kernels;
+    int64_t colls = c->colls > 0 ? c->colls : 1, k = r->launched_in_step, kernels = c->kernels;
+    if (c->barrier_first && r->colls_launched == 0)
+        colls = 1, kernels = 0; /* the barrier: one collective, then the sync */
+    int coll = c->coll_first ? k < colls : k >= kernels;
     if (limited) {
         int64_t w = gs_meter_admit(&r->meter, S->now);
         if (w > 0 && r->wait_acc >= SC_MAX_WAIT_NS)
@@ -255,8 +263,8 @@ static void sc_rank_run(struct sc *S, int i)
         gs_meter_after_key(&r->meter, 0, GS_LAUNCH_KERNEL,
                            gs_clean_key((uint64_t)i + 1, coll ? 2 : 1, 0), S->now);
     r->launched_in_step++;
-    r->next = S->now + c->launch_ns;
-    if (coll)
+    r->next = S->now + c->launch_ns + c->launch_extra_ns[i];
+    if (r->launched_in_step == kernels + colls)
         r->in_sync = 1;
 }
 
@@ -284,9 +292,10 @@ int gs_coll_run(const struct gs_coll_cfg *cfg, struct gs_coll_result *out)
         r->next = r->step_start = cfg->start_ns[i];
         if (cfg->limit_pct > 0) {
             gs_meter_init(&r->meter, &sc_ops, r, &S->dev[i], &r->block, (int)cfg->limit_pct);
+            gs_phase_self(&r->meter.phase, i);
             for (int j = 0; j < n && cfg->phase; j++)
                 if (j != i)
-                    gs_phase_add(&r->meter.phase, &S->dev[j]);
+                    gs_phase_add(&r->meter.phase, &S->dev[j], j);
         }
     }
     int warm = 0;
@@ -323,6 +332,10 @@ int gs_coll_run(const struct gs_coll_cfg *cfg, struct gs_coll_result *out)
         struct gs_coll_result *o = &out[i];
         o->steps = r->n_steps;
         if (r->n_steps) {
+            int64_t sum = 0;
+            for (int k = 0; k < r->n_steps; k++)
+                sum += r->steps[k];
+            o->step_mean_ns = sum / r->n_steps;
             qsort(r->steps, (size_t)r->n_steps, sizeof(int64_t), cmp_i64);
             o->step_p50_ns = r->steps[r->n_steps / 2];
             o->step_max_ns = r->steps[r->n_steps - 1];

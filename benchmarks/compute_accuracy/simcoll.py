@@ -18,16 +18,19 @@ class CollCfg(ctypes.Structure):
     _fields_ = [
         *[(n, ctypes.c_int64) for n in (
             "ranks", "limit_pct", "phase", "duration_ns", "warmup_ns", "kernels", "kernel_ns",
-            "coll_ns", "launch_ns", "step_cpu_ns", "min_sleep_ns", "max_sleep_ns")],
+            "coll_ns", "colls", "coll_first", "barrier_first", "launch_ns", "step_cpu_ns",
+            "min_sleep_ns", "max_sleep_ns")],
         ("start_ns", ctypes.c_int64 * RANKS),
         ("kernel_scale_pct", ctypes.c_int64 * RANKS),
+        ("cpu_skew_ns", ctypes.c_int64 * RANKS),
+        ("launch_extra_ns", ctypes.c_int64 * RANKS),
     ]  # fmt: skip
 
 
 class CollResult(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int64) for n in (
-        "steps", "step_p50_ns", "step_max_ns", "hold_max_ns", "over_debt_max_ns", "throttle_ns",
-        "measured_ns", "spin_ns", "busy_ns")]  # fmt: skip
+        "steps", "step_p50_ns", "step_max_ns", "step_mean_ns", "hold_max_ns", "over_debt_max_ns",
+        "throttle_ns", "measured_ns", "spin_ns", "busy_ns")]  # fmt: skip
 
 
 @dataclass
@@ -42,12 +45,17 @@ class CollCase:
     kernels: int = 8  # compute kernels per step
     kernel_ns: int = 250 * US
     coll_ns: int = 300 * US  # the collective's own work once every rank is there
+    colls: int = 1  # collectives per step, back to back
+    coll_first: bool = False  # True: the step opens with its collectives (then kernels)
+    barrier_first: bool = False  # True: a first step of one collective + sync (dist.barrier())
     launch_ns: int = 5 * US
     step_cpu_ns: int = 50 * US
     min_sleep_ns: int = 200 * US  # launch.c's sleep bounds
     max_sleep_ns: int = 10 * MS
     start_ns: list[int] = field(default_factory=list)  # per rank (skew); default all 0
     kernel_scale_pct: list[int] = field(default_factory=list)  # per rank; default 100
+    cpu_skew_ns: list[int] = field(default_factory=list)  # per rank, after each sync; default 0
+    launch_extra_ns: list[int] = field(default_factory=list)  # per rank, per launch; default 0
 
 
 def _lib() -> ctypes.CDLL:
@@ -67,11 +75,13 @@ def run_collective(case: CollCase) -> list[dict[str, int]]:
     if not 1 <= case.ranks <= RANKS:
         raise ValueError(f"ranks: {case.ranks} given; the simulator takes 1..{RANKS}")
     cfg = CollCfg()
-    for name, _ in CollCfg._fields_[:12]:
+    for name, _ in CollCfg._fields_[:15]:
         setattr(cfg, name, int(getattr(case, name if name != "limit_pct" else "limit")))
     for i in range(case.ranks):
         cfg.start_ns[i] = case.start_ns[i] if i < len(case.start_ns) else 0
         cfg.kernel_scale_pct[i] = case.kernel_scale_pct[i] if i < len(case.kernel_scale_pct) else 0
+        cfg.cpu_skew_ns[i] = case.cpu_skew_ns[i] if i < len(case.cpu_skew_ns) else 0
+        cfg.launch_extra_ns[i] = case.launch_extra_ns[i] if i < len(case.launch_extra_ns) else 0
     results = (CollResult * RANKS)()
     if _lib().gs_coll_run(ctypes.byref(cfg), results) != 0:
         raise ValueError("gs_coll_run rejected the case")

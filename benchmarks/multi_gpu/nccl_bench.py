@@ -11,6 +11,10 @@ back-to-back calls (CUDA events, the slowest rank's time); a DDP training step (
 per rank and phase (context, NCCL up, after the all-reduces, after DDP): NVML's used memory
 for the process on its GPU, what the region accounts to it there (when the library runs),
 and PyTorch's reserved bytes (NVML - reserved - context = NCCL's own buffers and modules).
+Per rank under a compute limit (issue 21): its longest hold of one launch and how far one hold
+went past what it owed (the region's hold_max_ns / hold_over_debt_ns), and its share of time held.
+`--backend gloo --same-gpu`: every rank on GPU 0 (NCCL refuses two ranks on one GPU), the
+collectives through gloo; the DDP step is the same.
 Checks (exit 1): every all-reduce sums right; DDP replicas stay identical.
 Safety: NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 NVSHMEM_DISABLE_NVLS=1 are set here; another value in the environment is refused).
@@ -53,6 +57,29 @@ def _safe_env() -> None:
 def _digits(uuid: str) -> str:
     """A GPU UUID's hex digits: NVML writes `GPU-` and dashes, PyTorch its own format."""
     return re.sub(r"[^0-9a-f]", "", uuid.lower().removeprefix("gpu-"))
+
+
+# native/include/gpuslice/region.h: slots after the header and 16 device entries, 384 bytes
+# each, pid first, compute block at 288 (compute_shared.h: throttle_ns @8, throttled @24,
+# hold_max_ns @48, hold_over_debt_ns @56)
+SLOTS_AT, SLOT_BYTES, COMPUTE_AT = 4096 + 16 * 512, 384, 288
+
+
+def holds(region: str | None) -> dict[str, float] | None:
+    """This process's hold statistics in the region (None without the library)."""
+    if not region or not Path(region).is_file():
+        return None
+    import struct
+
+    data = Path(region).read_bytes()
+    for at in range(SLOTS_AT, len(data) - SLOT_BYTES + 1, SLOT_BYTES):
+        if struct.unpack_from("<i", data, at)[0] == os.getpid():
+            c = at + COMPUTE_AT
+            (throttle,), (throttled,) = (struct.unpack_from("<Q", data, c + off) for off in (8, 24))
+            hold_max, over = struct.unpack_from("<Qq", data, c + 48)
+            return {"throttled_s": throttle / 1e9, "throttled": throttled,
+                    "hold_max_ms": hold_max / 1e6, "hold_over_debt_ms": over / 1e6}
+    return None
 
 
 class Memory:
@@ -182,6 +209,7 @@ def ddp_step(torch: Any, dist: Any, args: argparse.Namespace) -> dict[str, Any]:
     del model, opt
     return {"params": params, "batch": args.ddp_batch, "steps": len(steps),
             "step_ms_median": statistics.median(steps) * 1e3, "step_ms_min": min(steps) * 1e3,
+            "step_ms_mean": statistics.fmean(steps) * 1e3, "step_ms_max": max(steps) * 1e3,
             "loss": float(loss)}
 
 
@@ -198,6 +226,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ddp-steps", type=int, default=30)
     p.add_argument("--ddp-width", type=int, default=4096)
     p.add_argument("--ddp-batch", type=int, default=256)
+    p.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
+    p.add_argument("--same-gpu", action="store_true",
+                   help="every rank on GPU 0 (with --backend gloo: NCCL refuses it)")
     return p.parse_args(argv)
 
 
@@ -207,16 +238,22 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    local = int(os.environ.get("LOCAL_RANK", "0"))
+    local = 0 if args.same_gpu else int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
     torch.empty(1, device="cuda")  # the context, before NCCL's
     mem = Memory(torch, local)
     phases = [mem.sample("context")]
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    if args.backend == "nccl":
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    else:
+        dist.init_process_group("gloo")
     rank = dist.get_rank()
     dist.barrier()  # the first collective brings NCCL's communicator up
     phases.append(mem.sample("nccl_up"))
-    result: dict[str, Any] = {"label": args.label, "ranks": dist.get_world_size()}
+    result: dict[str, Any] = {"label": args.label, "ranks": dist.get_world_size(),
+                              "backend": args.backend, "same_gpu": args.same_gpu,
+                              "sm_limit": int(os.environ.get("CUDA_DEVICE_SM_LIMIT", "0") or 0)
+                              if os.environ.get("LD_PRELOAD") else 0}
     failed = None
     try:
         t0 = time.perf_counter()
@@ -230,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         result["error"] = failed
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, {"rank": rank, "pid": os.getpid(), "gpu": mem.uuid,
-                                      "memory": phases, "error": failed})
+                                      "memory": phases, "error": failed,
+                                      "holds": holds(mem.region)})
     result["per_rank"] = gathered
     result["env"] = {k: v for k, v in sorted(os.environ.items())
                      if k in SAFE_ENV or k == "LD_PRELOAD" or k.startswith(("CUDA_", "GPUSLICE_"))}

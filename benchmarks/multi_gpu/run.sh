@@ -5,17 +5,25 @@
 #   2. benchmarks/multi_gpu/inventory.py --holder (NVML's view, the agent's inventory and its
 #      Allocate for a 2-GPU topology pod, a PyTorch process under that answer)
 #   3. benchmarks/multi_gpu/nccl_bench.py under torchrun, one rank per GPU, interleaved rounds:
-#      plain, caps (memory caps per GPU), caps+compute (and the compute limit), plain, caps
-#   4. summarize.py: summary.md (printed last) and nccl.json.
+#      plain, caps (memory caps per GPU), caps+compute-L for each L of SM_LIMITS (and that compute
+#      limit), plain, caps
+#   4. two ranks on ONE GPU (NCCL refuses that: gloo), DDP and all-reduce: plain, then each limit
+#   5. benchmarks/multi_gpu/collective_caps.py: kernels that spin on a peer through CUDA IPC, on
+#      two GPUs and on one, at each limit (and BEFORE_LIB's, 15 s each: the stall of issue 21)
+#   6. summarize.py: summary.md (printed last) and nccl.json.
 # usage: benchmarks/multi_gpu/run.sh RESULTS_DIR [--dry-run]
 #   --dry-run: a CPU machine's check of this script: the GPU tests skip, inventory.py runs the
 #   agent on benchmarks/multi_gpu/fake_gpus.yaml, nccl_bench.py only parses its arguments.
 #   env: BUDGET (s, default 450: every phase is cut to what is left of it), NPROC (default 2:
-#   ranks and the pod's GPUs; NPROC=1 rehearses every path on a one-GPU machine),
-#   CAPS (default "24Gi 20Gi": the caps of GPU 0, 1, ..., repeated for more ranks),
-#   SM_LIMIT (default 50)
+#   ranks and the pod's GPUs; NPROC=4 is the 4-rank variant for a 4-GPU machine; NPROC=1
+#   rehearses every path on a one-GPU machine), CAPS (default "24Gi 20Gi": the caps of GPU 0, 1,
+#   ..., repeated for more ranks), SM_LIMITS (default "30 50"; SM_LIMIT=N: that one alone),
+#   PHASES (default "tests inventory nccl same-gpu collective": which of phases 1-5 run),
+#   BEFORE_LIB (an older libgpuslice.so for phase 5's before rounds; none by default),
+#   NCCL_ROUNDS (default "plain caps compute plain caps"; compute = one round per limit)
 # Writes at most 8 files to RESULTS_DIR (the device tool brings back no more): run.log, env.json,
-#   pytest-junit.xml, gpu_tests.jsonl, inventory.json, nccl.json, summary.md, artifacts.tgz.
+#   pytest-junit.xml, gpu_tests.jsonl, inventory.json, nccl.json, summary.md, artifacts.tgz
+#   (collective_caps.json goes into artifacts.tgz and is summarised in summary.md).
 # NVLink multicast stays off (device docs): NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 #   NVSHMEM_DISABLE_NVLS=1 for every process started here.
 # Exit status: 0 when every phase that ran succeeded, 1 otherwise.
@@ -40,7 +48,10 @@ WORK=$(mktemp -d /tmp/gpuslice-mgpu.XXXXXX)
 exec > >(tee -a "$RESULTS/run.log") 2>&1
 cd "$ROOT"
 export PYTHONUNBUFFERED=1 GPUSLICE_GPU_RESULTS=$RESULTS
-BUDGET=${BUDGET:-450} NPROC=${NPROC:-2} SM_LIMIT=${SM_LIMIT:-50}
+BUDGET=${BUDGET:-450} NPROC=${NPROC:-2}
+read -r -a SM_LIMITS <<<"${SM_LIMIT:-${SM_LIMITS:-30 50}}"
+PHASES=" ${PHASES:-tests inventory nccl same-gpu collective} "
+wants() { [[ $PHASES == *" $1 "* ]]; }
 read -r -a CAP_LIST <<<"${CAPS:-24Gi 20Gi}"
 STATUS=0 NCCL_RUNS=()
 phase() { echo; echo "=== $* ($(date -u +%H:%M:%S), ${SECONDS}s of ${BUDGET}s)"; }
@@ -98,47 +109,87 @@ else
   echo "FAILED: make -C native"; tail -40 "$WORK/build-native.log"; STATUS=1
 fi
 
-if [[ $BUILT == 1 ]]; then
-  phase "1. GPU tests: tests/gpu/test_multi_gpu.py"
-  run_limited "$(limit 170)" "GPU tests" python3 -m pytest -m gpu tests/gpu/test_multi_gpu.py \
-    --confcutdir=tests/gpu -p no:cacheprovider -v -rA --junitxml="$RESULTS/pytest-junit.xml"
-
-  phase "2. inventory and the agent's Allocate"
-  if [[ $DRY == 1 ]]; then INV=(--backend "fake:$HERE/fake_gpus.yaml"); else INV=(--holder); fi
-  INV+=(--gpus "$NPROC")
-  run_limited "$(limit 90)" "inventory.py" python3 "$HERE/inventory.py" "${INV[@]}" \
-    --out "$RESULTS/inventory.json"
-
-  phase "3. NCCL: all-reduce and DDP, $NPROC ranks"
-  if [[ $DRY == 1 ]]; then
-    run_limited 60 "nccl_bench.py --help" python3 "$HERE/nccl_bench.py" --help
-  else
-    UUID_LIST=$(IFS=,; echo "${UUIDS[*]:0:$NPROC}")
-    round=0
-    for label in plain caps caps+compute plain caps; do
-      round=$((round + 1))
-      out="$WORK/nccl-$round-$label.json"
-      envs=()
-      if [[ $label != plain ]]; then
-        envs=(LD_PRELOAD="$ROOT/native/build/libgpuslice.so"
-              CUDA_DEVICE_MEMORY_SHARED_CACHE="$WORK/region-$round" GPUSLICE_DEVICE_UUIDS="$UUID_LIST")
-        for ((i = 0; i < NPROC; i++)); do
-          envs+=(CUDA_DEVICE_MEMORY_LIMIT_$i="${CAP_LIST[i % ${#CAP_LIST[@]}]}")
-        done
-        [[ $label == caps+compute ]] && envs+=(CUDA_DEVICE_SM_LIMIT="$SM_LIMIT")
-      fi
-      echo "--- round $round: $label ${envs[*]}"
-      run_limited "$(limit 100)" "nccl_bench $label" env "${envs[@]}" \
-        python3 -m torch.distributed.run --standalone --nproc-per-node "$NPROC" \
-        "$HERE/nccl_bench.py" --label "$label" --out "$out" >"$WORK/nccl-$round-$label.log" 2>&1
-      tail -5 "$WORK/nccl-$round-$label.log"
-      [[ -f $out ]] && NCCL_RUNS+=("$out")
+# nccl_round ROUND LABEL RANKS [NCCL_BENCH ARGS...]: one torchrun; LABEL plain = no library,
+# caps = memory caps per GPU, caps+compute-L = caps and CUDA_DEVICE_SM_LIMIT=L, same-gpu-* = the
+# same with every rank on GPU 0 (one cap, GPU 0's)
+nccl_round() {
+  local round=$1 label=$2 ranks=$3; shift 3
+  local out="$WORK/nccl-$round-$label.json" envs=() n=$NPROC
+  [[ $label == same-gpu* ]] && n=1
+  if [[ $label != plain && $label != same-gpu-plain ]]; then
+    envs=(LD_PRELOAD="$ROOT/native/build/libgpuslice.so" CUDA_DEVICE_MEMORY_SHARED_CACHE="$WORK/region-$round"
+          GPUSLICE_DEVICE_UUIDS="$(IFS=,; echo "${UUIDS[*]:0:$n}")")
+    for ((i = 0; i < n; i++)); do
+      envs+=(CUDA_DEVICE_MEMORY_LIMIT_$i="${CAP_LIST[i % ${#CAP_LIST[@]}]}")
     done
+    [[ $label == *compute-* ]] && envs+=(CUDA_DEVICE_SM_LIMIT="${label##*compute-}")
+  fi
+  echo "--- round $round: $label, $ranks ranks ${envs[*]}"
+  run_limited "$(limit 100)" "nccl_bench $label" env "${envs[@]}" \
+    python3 -m torch.distributed.run --standalone --nproc-per-node "$ranks" \
+    "$HERE/nccl_bench.py" --label "$label" --out "$out" "$@" >"$WORK/nccl-$round-$label.log" 2>&1
+  tail -5 "$WORK/nccl-$round-$label.log"
+  [[ -f $out ]] && NCCL_RUNS+=("$out")
+}
+
+if [[ $BUILT == 1 ]]; then
+  if wants tests; then
+    phase "1. GPU tests: tests/gpu/test_multi_gpu.py"
+    run_limited "$(limit 170)" "GPU tests" python3 -m pytest -m gpu tests/gpu/test_multi_gpu.py \
+      --confcutdir=tests/gpu -p no:cacheprovider -v -rA --junitxml="$RESULTS/pytest-junit.xml"
+  fi
+
+  if wants inventory; then
+    phase "2. inventory and the agent's Allocate"
+    if [[ $DRY == 1 ]]; then INV=(--backend "fake:$HERE/fake_gpus.yaml"); else INV=(--holder); fi
+    INV+=(--gpus "$NPROC")
+    run_limited "$(limit 90)" "inventory.py" python3 "$HERE/inventory.py" "${INV[@]}" \
+      --out "$RESULTS/inventory.json"
+  fi
+
+  round=0
+  if wants nccl; then
+    phase "3. NCCL: all-reduce and DDP, $NPROC ranks, compute limits ${SM_LIMITS[*]}"
+    if [[ $DRY == 1 ]]; then
+      run_limited 60 "nccl_bench.py --help" python3 "$HERE/nccl_bench.py" --help
+    else
+      for r in ${NCCL_ROUNDS:-plain caps compute plain caps}; do
+        labels=("$r")
+        [[ $r == compute ]] && labels=("${SM_LIMITS[@]/#/caps+compute-}")
+        for label in "${labels[@]}"; do
+          round=$((round + 1))
+          nccl_round "$round" "$label" "$NPROC"
+        done
+      done
+    fi
+  fi
+
+  if wants same-gpu && [[ $DRY == 0 ]]; then
+    phase "4. two ranks on ONE GPU (gloo: NCCL refuses it): DDP, limits ${SM_LIMITS[*]}"
+    for label in same-gpu-plain "${SM_LIMITS[@]/#/same-gpu-compute-}"; do
+      round=$((round + 1))
+      nccl_round "$round" "$label" 2 --backend gloo --same-gpu --sizes 1,16,64 --reps 3 \
+        --ddp-width 1024 --ddp-batch 4096
+    done
+  fi
+
+  if wants collective; then
+    phase "5. kernels that spin on a peer through CUDA IPC (collective_caps.py)"
+    if [[ $DRY == 1 ]]; then
+      run_limited 60 "collective_caps.py --help" python3 "$HERE/collective_caps.py" --help
+    else
+      BEFORE=()
+      [[ -n ${BEFORE_LIB:-} ]] && BEFORE=(--before-lib "$BEFORE_LIB" --before-timeout 15)
+      run_limited "$(limit 200)" "collective_caps.py" python3 "$HERE/collective_caps.py" \
+        --out "$WORK" --limits "$(IFS=,; echo "${SM_LIMITS[*]}")" "${BEFORE[@]}"
+    fi
   fi
 fi
 
-phase "4. summary"
+phase "6. summary"
 tar czf "$RESULTS/artifacts.tgz" -C "$WORK" --exclude site . 2>/dev/null
-python3 "$HERE/summarize.py" "$RESULTS" "${NCCL_RUNS[@]}" | tee "$RESULTS/summary.md"
+COLL=()
+[[ -f $WORK/collective_caps.json ]] && COLL=(--collective "$WORK/collective_caps.json")
+python3 "$HERE/summarize.py" "$RESULTS" "${COLL[@]}" "${NCCL_RUNS[@]}" | tee "$RESULTS/summary.md"
 echo "run status: $STATUS (${SECONDS}s)"
 exit $STATUS

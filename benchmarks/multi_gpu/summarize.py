@@ -4,9 +4,14 @@ the run left, and the NCCL runs merged into one file.
 Owns: overhead = 1 - with/without per all-reduce size (bus bandwidth, the median over the rounds
 of each configuration) and for the DDP step; NCCL's memory per rank (NVML vs the region's
 account); the inventory's facts and problems; the GPU tests' outcome (JUnit XML).
-Does not: measure anything or judge targets beyond printing them (issue 14: overhead <= 2 %).
+Under compute limits (issue 21): the DDP step against its target (the plain step / share, of the
+same placement: one rank per GPU, or every rank on one GPU), each round's longest hold and how
+far a hold went past what it owed; collective_caps.py's IPC pairs and the disguised kernel.
+Does not: measure anything or judge targets beyond printing them (issue 14: overhead <= 2 %;
+issue 21: step <= 1.25x target, hold <= owed + 10 ms).
 Stdlib only: runs where nothing else is installed.
-Usage: summarize.py RESULTS_DIR [NCCL_RUN.json ...]  (writes RESULTS_DIR/nccl.json, prints MD)
+Usage: summarize.py RESULTS_DIR [--collective collective_caps.json] [NCCL_RUN.json ...]
+(writes RESULTS_DIR/nccl.json, prints MD)
 """
 
 from __future__ import annotations
@@ -51,27 +56,44 @@ def nccl_section(runs: list[dict[str, Any]]) -> list[str]:
     labels = _by_label(runs)
     order = [BASELINE, *sorted(k for k in labels if k != BASELINE)]
     order = [k for k in order if k in labels]
-    bw = {k: _median(labels[k], "busbw_gbs") for k in order}
-    alg = {k: _median(labels[k], "algbw_gbs") for k in order}  # busbw x a constant; 1 rank: 0
-    rounds = ", ".join(f"{k} x{len(labels[k])}" for k in order)
+    ranked = [k for k in order if not k.startswith("same-gpu")]  # gloo's are not comparable
+    bw = {k: _median(labels[k], "busbw_gbs") for k in ranked}
+    alg = {k: _median(labels[k], "algbw_gbs") for k in ranked}  # busbw x a constant; 1 rank: 0
+    rounds = ", ".join(f"{k} x{len(labels[k])}" for k in ranked)
     lines = [f"All-reduce (float32 sum), bus bandwidth GB/s, median of rounds ({rounds}); "
              f"overhead = 1 - with/without {BASELINE} (target <= {TARGET:.0%}):", ""]
-    others = [k for k in order if k != BASELINE]
-    head = ["size", *order, *(f"overhead {k}" for k in others if BASELINE in bw)]
+    others = [k for k in ranked if k != BASELINE]
+    head = ["size", *ranked, *(f"overhead {k}" for k in others if BASELINE in bw)]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for size in bw[order[0]]:
-        cells = [f"{size // MiB} MiB"] + [f"{bw[k].get(size, float('nan')):.1f}" for k in order]
+    for size in bw[ranked[0]] if ranked else []:
+        cells = [f"{size // MiB} MiB"] + [f"{bw[k].get(size, float('nan')):.1f}" for k in ranked]
         if BASELINE in bw:
             cells += [f"{overhead(alg[k][size], alg[BASELINE][size]):+.1%}" for k in others
                       if size in alg[k]]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "DDP step (ms, median of each run's median):", ""]
+    lines += ["", "DDP step (ms, median of each run's median); under a compute limit L the "
+              "target is (the plain step of the same placement) / L, met when step <= 1.25 x "
+              "target; holds: the longest of one launch over the ranks, and how far one went "
+              "past what it owed (target <= 10 ms):", ""]
     ddp = {k: statistics.median(r["ddp"]["step_ms_median"] for r in labels[k] if "ddp" in r)
            for k in order if any("ddp" in r for r in labels[k])}
     for k, ms in ddp.items():
-        extra = f" (overhead {1 - ddp[BASELINE] / ms:+.1%})" if BASELINE in ddp and k != BASELINE \
-            else ""
-        lines.append(f"- {k}: {ms:.2f} ms{extra}")
+        base = "same-gpu-plain" if k.startswith("same-gpu") else BASELINE
+        limit = labels[k][0].get("sm_limit", 0)
+        extra = f" (overhead {1 - ddp[base] / ms:+.1%})" if base in ddp and k != base else ""
+        if limit and base in ddp:  # throughput: the mean step (held and free steps alternate)
+            mean = statistics.median(r["ddp"].get("step_ms_mean", ms) for r in labels[k]
+                                     if "ddp" in r)
+            base_mean = statistics.median(r["ddp"].get("step_ms_mean", ddp[base])
+                                          for r in labels[base] if "ddp" in r)
+            target = base_mean / (limit / 100)
+            extra = (f" at {limit} %: mean {mean:.2f} ms, target (plain mean {base_mean:.2f} / "
+                     f"{limit / 100}) {target:.2f} ms, ratio {mean / target:.2f}")
+        held = [h for r in labels[k] for rank in r.get("per_rank", []) if (h := rank.get("holds"))]
+        if held and limit:
+            extra += (f"; hold max {max(h['hold_max_ms'] for h in held):.1f} ms, past what it "
+                      f"owed {max(h['hold_over_debt_ms'] for h in held):.2f} ms")
+        lines.append(f"- {k} ({labels[k][0].get('ranks')} ranks): {ms:.2f} ms{extra}")
     lines += ["", "Memory per rank on its GPU (MiB), first run of each configuration: NVML / "
               "accounted by the region / PyTorch reserved, from the context to after DDP:", ""]
     for k in order:
@@ -91,6 +113,28 @@ def nccl_section(runs: list[dict[str, Any]]) -> list[str]:
     errors = [(r["label"], r.get("error")) for r in runs if r.get("error")]
     if errors:
         lines += ["", f"Errors: {errors}"]
+    return lines
+
+
+def collective_section(data: dict[str, Any] | None) -> list[str]:
+    if data is None:
+        return ["collective_caps.py left no JSON (not run, or see run.log)."]
+    lines = [f"IPC pair (tests/gpu/progs/ipc_spin.cu), {data['steps']} steps of a "
+             f"{data['compute_us']:.0f} us compute kernel + a kernel spinning on the peer:", ""]
+    for p in data["pairs"]:
+        if p["backend"] == "none":
+            lines.append(f"- {p['placement']}, no library: step {p['step_ms']:.3f} ms")
+            continue
+        ratio = "-" if p.get("step_ratio") is None else f"{p['step_ratio']:.2f}"
+        lines.append(f"- {p['placement']}, {p['backend']} at {p['limit']} %: completed "
+                     f"{p['completed']}, step {p['step_ms']:.3f} ms (target "
+                     f"{p['target_step_ms']:.3f}, ratio {ratio}), hold max "
+                     f"{p['hold_max_ms']:.1f} ms, past what it owed "
+                     f"{p['hold_over_debt_ms']:.2f} ms")
+    for d in data["disguised"]:
+        if d["limit"]:
+            lines.append(f"- kernel named ncclDevKernel_AllReduce_... spinning 2 ms at "
+                         f"{d['limit']} %: share {d.get('share')} of its unlimited rate")
     return lines
 
 
@@ -148,8 +192,11 @@ def tests_section(junit: Path) -> list[str]:
 def main(argv: list[str]) -> int:
     if not argv:
         sys.exit("usage: summarize.py RESULTS_DIR [NCCL_RUN.json ...]")
-    results, runs = Path(argv[0]), []
-    for f in argv[1:]:
+    results, runs, coll = Path(argv[0]), [], None
+    rest = argv[1:]
+    if rest[:1] == ["--collective"] and len(rest) > 1:
+        coll, rest = json.loads(Path(rest[1]).read_text()), rest[2:]
+    for f in rest:
         try:
             runs.append(json.loads(Path(f).read_text()))
         except (OSError, ValueError) as exc:  # a run killed at its limit leaves no JSON
@@ -160,7 +207,8 @@ def main(argv: list[str]) -> int:
     inv = json.loads(inv_file.read_text()) if inv_file.is_file() else None
     out = ["# Multi-GPU run", "", "## GPU tests (tests/gpu/test_multi_gpu.py)", "",
            *tests_section(results / "pytest-junit.xml"), "", "## Inventory and Allocate", "",
-           *inventory_section(inv), "", "## NCCL", "", *nccl_section(runs)]
+           *inventory_section(inv), "", "## NCCL", "", *nccl_section(runs), "",
+           "## Kernels waiting on a peer (collective_caps.py)", "", *collective_section(coll)]
     print("\n".join(out))
     return 0
 

@@ -36,7 +36,13 @@ struct gs_compute_device {
     _Atomic uint64_t held_until_ns;   /* 88: a process here is held back by this budget until then;
                                        * the container's processes on its other devices wait for it
                                        * too (compute/phase.h: ranks of a job run in phase) */
-    uint8_t reserved[GS_COMPUTE_DEVICE_BYTES - 96];
+    _Atomic uint64_t idle_check_ns;   /* 96: last time a process here launched onto an idle GPU
+                                       * (every stream drained: a step boundary, phase.h) */
+    _Atomic uint64_t boundary_launches; /* 104: `launches` at that boundary: launches since
+                                         * then place a rank in its step (phase.h catch-up) */
+    _Atomic uint64_t partner[16];     /* 112: by device entry: step boundaries reached together
+                                       * with a process there in a row (0..8, phase.h) */
+    uint8_t reserved[GS_COMPUTE_DEVICE_BYTES - 240];
 };
 
 /* Per process slot: what this process consumed and waited (metrics; nothing to reclaim). */
@@ -59,6 +65,9 @@ _Static_assert(offsetof(struct gs_compute_device, last_demand_ns) == 64, "region
 _Static_assert(offsetof(struct gs_compute_device, corrected_ns) == 72, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, boot_id) == 80, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, held_until_ns) == 88, "region layout");
+_Static_assert(offsetof(struct gs_compute_device, idle_check_ns) == 96, "region layout");
+_Static_assert(offsetof(struct gs_compute_device, boundary_launches) == 104, "region layout");
+_Static_assert(offsetof(struct gs_compute_device, partner) == 112, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, inflight_ns) == 32, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, last_launch_ns) == 40, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, hold_over_debt_ns) == 56, "region layout");

@@ -211,9 +211,17 @@ static struct gs_cmeter *gs_compute_create(CUcontext ctx)
     cm->device = (int)dev;
     pthread_mutex_init(&cm->mu, NULL);
     gs_meter_init(&cm->meter, &gs_timing_ops, &cm->timing, blk, gs_region_compute_proc(), gs_c.pct);
-    for (int e = 0; e < GS_REGION_MAX_DEVICES; e++) /* the container's other devices (phase.h) */
-        if (gs_region_compute_device(e) != blk)
-            gs_phase_add(&cm->meter.phase, gs_region_compute_device(e));
+    for (int e = 0; e < GS_REGION_MAX_DEVICES; e++) { /* the container's devices (phase.h) */
+        if (gs_region_compute_device(e) == blk)
+            gs_phase_self(&cm->meter.phase, e);
+        else
+            gs_phase_add(&cm->meter.phase, gs_region_compute_device(e), e);
+    }
+    /* devices this process launches on itself are in phase through its own threads */
+    for (struct gs_cmeter *o = gs_c.meters; o; o = o->next) {
+        gs_phase_mine(&cm->meter.phase, o->meter.dev);
+        gs_phase_mine(&o->meter.phase, blk);
+    }
     cm->meter.work_conserving = gs_c.work_conserving;
     cm->meter.priority = gs_c.priority;
     gs_compute_adopt_boot(blk);

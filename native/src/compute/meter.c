@@ -196,7 +196,7 @@ static int64_t gs_meter_owed(const struct gs_meter *m)
 int64_t gs_meter_debt_ns(struct gs_meter *m, int64_t now)
 {
     int64_t own = gs_budget_wait_ns(m->dev, m->pct, now, gs_meter_owed(m));
-    int64_t follow = gs_phase_follow_ns(&m->phase, now);
+    int64_t follow = gs_phase_follow_ns(&m->phase, m->dev, now);
     return own > follow ? own : follow;
 }
 
@@ -209,6 +209,15 @@ int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
         return m->inflight_ns > GS_METER_BORROW_INFLIGHT_NS ? GS_METER_POLL_NS : 0;
     int64_t inflight = gs_meter_owed(m);
     int64_t wait = gs_budget_wait_ns(m->dev, m->pct, now, inflight);
+    /* another device of the container is active: holds are taken at step boundaries (every
+     * stream drained), where no collective of ours is in flight (phase.h) */
+    int idle = m->phase.n > 0 && m->n_open == 0 && m->n_pending == 0; /* a step boundary */
+    if (idle && m->boundary_since == 0) /* once per boundary: partners are judged here */
+        gs_phase_judge(&m->phase, m->dev, now);
+    int coupled = m->phase.n > 0 && gs_phase_coupled(&m->phase, m->dev, now);
+    int boundary = coupled && idle;
+    if (wait > 0 && coupled && !boundary && wait < GS_PHASE_OVERDRAFT_NS)
+        wait = 0; /* mid-step: carried to the boundary, still charged in full */
     if (wait > 0) { /* held back: sleep until a quantum more has accrued (re-planned each call) */
         int shared = m->clean.others && m->correctable >= 192;
         int64_t quantum = GS_BUDGET_WINDOW_NS * m->pct / 100 / (shared ? 2 : 5);
@@ -221,9 +230,26 @@ int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
         if (m->phase.n > 0)
             gs_phase_publish(m->dev, m->held_until); /* the other devices wait for it too */
     }
+    if (idle && m->boundary_since == 0) { /* after our hold is published: peers see both */
+        gs_phase_mark_boundary(m->dev, now);
+        m->boundary_since = now;
+    }
     int64_t own = now < m->held_until ? m->held_until - now : 0;
-    int64_t follow = gs_phase_follow_ns(&m->phase, now);
-    return own > follow ? own : follow;
+    int64_t follow = gs_phase_follow_ns(&m->phase, m->dev, now);
+    int64_t w = own > follow ? own : follow;
+    if (w > 0 && coupled && !boundary && m->catchup < GS_PHASE_CATCHUP &&
+        gs_phase_behind(&m->phase, m->dev, now)) {
+        m->catchup++; /* a mid-step hold: first reach the launch the rank ahead stopped at */
+        return 0;
+    }
+    if (w == 0 || boundary)
+        m->catchup = 0;
+    if (w == 0 && boundary && now - m->boundary_since < GS_PHASE_BARRIER_NS &&
+        !gs_phase_peers_at_boundary(&m->phase, m->dev, m->last_launch_ns, now))
+        w = GS_PHASE_POLL_NS; /* a peer of this step has not decided its hold yet */
+    if (w == 0)
+        m->boundary_since = 0;
+    return w;
 }
 
 static int gs_meter_full(const struct gs_batch *b, int64_t now)
@@ -278,6 +304,7 @@ void gs_meter_after_key(struct gs_meter *m, uintptr_t stream, enum gs_launch_kin
 {
     atomic_fetch_add_explicit(&m->dev->launches, 1, GS_RELAXED);
     atomic_store_explicit(&m->dev->last_demand_ns, (uint64_t)now, GS_RELAXED);
+    m->last_launch_ns = now;
     if (m->proc) {
         atomic_fetch_add_explicit(&m->proc->launches, 1, GS_RELAXED);
         atomic_store_explicit(&m->proc->last_launch_ns, (uint64_t)now, GS_RELAXED);

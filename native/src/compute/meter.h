@@ -115,6 +115,9 @@ struct gs_meter {
     int n_spans;
     struct gs_clean clean;           /* clean per-launch durations (time-slice correction) */
     struct gs_phase phase;           /* the container's other devices: launch in phase with them */
+    int64_t last_launch_ns;          /* this meter's latest launch (phase: step boundaries) */
+    int64_t boundary_since;          /* at a step boundary, waiting for the peers' since then */
+    int catchup;                     /* launches made behind a held peer to reach its count */
     int correctable;                 /* EMA of "the batch's key could be corrected", 0..256 */
     uint64_t busy_total;             /* GPU ns this meter charged (published on the board) */
     uint64_t batches;                /* batches measured */
