@@ -239,7 +239,11 @@ class ExtenderState:
         return out
 
     def flights(self, node: str) -> list[handoff.Flight]:
-        """Pods in flight on `node` now (bound, or being bound, and not yet allocated)."""
+        """Pods in flight on `node` now (bound, or being bound, and not yet allocated). A pod
+        the watch shows bound stays in flight however old its bind until the agent marks it,
+        the kubelet admits it or it ends: a kubelet restarted or cut off may still admit it
+        late, and the node agent would then refuse both it and a confusable pod bound beside
+        it (handoff.py). Only a bind the watch has not shown yet expires (`timeout_s`)."""
         keys = self._node_flights.get(node)
         if not keys:
             return []
@@ -248,14 +252,14 @@ class ExtenderState:
         for k in keys:
             a = self._assumed.get(k)
             f = a.flight if a is not None else self._facts[k].flight
-            if f is not None and f.bound_at > old:
+            if f is not None and (a is None or f.bound_at > old):
                 out.append(f)
         return out
 
     def unstarted_by_first(self, node: str) -> Mapping[tuple[str, int], list[handoff.Flight]]:
         """Pods in flight on `node` that the agent has not started on, by their first device
         request (resource, quantity), oldest first: the only ones a new pod may be confused
-        with. Kept per node until a pod there changes or the oldest of them times out."""
+        with. Kept per node until a pod there changes or the oldest assumed bind times out."""
         return self.unstarted_on((node,))[0]
 
     def unstarted_on(self, nodes: Iterable[str]) -> list[Mapping[tuple[str, int],
@@ -278,7 +282,8 @@ class ExtenderState:
             first = self._first.get(f.key)
             if first is not None:
                 by.setdefault(first, []).append(f)
-        return min((f.bound_at for f in flights), default=math.inf), by
+        expiring = (f.bound_at for f in flights if f.key in self._assumed)
+        return min(expiring, default=math.inf), by
 
     def flight_node(self, key: str) -> str | None:
         """The node where pod `key` may be in flight (`flights` says whether it is, now)."""

@@ -51,16 +51,26 @@ def test_an_unbound_assignment_holds_nothing_and_puts_no_pod_in_flight():
     assert s.held_on("n1") == {}
 
 
-def test_a_bound_pod_keeps_its_slice_after_the_in_flight_timeout_but_leaves_flight():
+def admitted(p: dict) -> dict:
+    """`p` after the kubelet's first status write (it follows admission)."""
+    p["status"] = {"phase": "Pending", "containerStatuses": [{"name": "main"}]}
+    return p
+
+
+def test_a_bound_pod_stays_in_flight_past_the_timeout_until_the_kubelet_admits_it():
+    """A kubelet restarted or cut off may admit it late: a confusable pod bound beside it by
+    then would make the node agent refuse both (handoff.py)."""
     clock = Clock()
     s = fresh(clock)
     s.on_node("ADDED", node("n1"))
     s.on_pod("ADDED", assigned(pod("a"), "n1", ["GPU-n1-0"]))
     assert [f.key for f in s.flights("n1")] == ["default/a"]
-    clock.t = NOW + 31
+    clock.t = NOW + 3600
     s.sweep()
-    assert used(s, "GPU-n1-0") == 4096
+    assert [f.key for f in s.flights("n1")] == ["default/a"], "never admitted: still in flight"
+    s.on_pod("MODIFIED", admitted(assigned(pod("a"), "n1", ["GPU-n1-0"])))
     assert s.flights("n1") == []
+    assert used(s, "GPU-n1-0") == 4096, "its slice stays held"
 
 
 def test_a_pod_leaves_flight_when_the_node_agent_marks_it_allocated():
@@ -114,6 +124,25 @@ def test_assume_holds_slices_before_the_watch_and_forget_gives_them_back():
     assert used(s, "GPU-n1-0") == 0
 
 
+def test_a_bind_the_watch_never_shows_leaves_flight_after_the_timeout():
+    from gpuslice import codec, handoff
+    clock = Clock()
+    s = fresh(clock)
+    s.on_node("ADDED", node("n1"))
+    p = pod("a")
+    s.on_pod("ADDED", p)
+    a = assigned(p, "n1", ["GPU-n1-0"])
+    flight = handoff.flight_of(a, NOW, 30)
+    assignment = codec.decode_assignment(a["metadata"]["annotations"]["gpuslice.io/assignment"])
+    s.assume("default/a", "uid-a", assignment, flight)
+    assert [f.key for f in s.flights("n1")] == ["default/a"]
+    assert s.unstarted_by_first("n1"), "indexed while it may be in flight"
+    clock.t = NOW + 31
+    assert s.flights("n1") == [] and s.unstarted_by_first("n1") == {}
+    s.sweep()
+    assert used(s, "GPU-n1-0") == 0, "the assumption is dropped"
+
+
 def test_trimmers_keep_only_what_placement_reads():
     p = assigned(pod("a", annotations={"other.io/x": "y", "nvidia.com/use-gputype": "A10"}),
                  "n1", ["GPU-n1-0"])
@@ -127,7 +156,7 @@ def test_trimmers_keep_only_what_placement_reads():
     assert "status" not in n
 
 
-def test_unstarted_flights_by_first_request_follow_pod_events_and_the_timeout():
+def test_unstarted_flights_by_first_request_follow_pod_events_and_admission():
     clock = Clock()
     s = fresh(clock)
     s.on_node("ADDED", node("n1"))
@@ -142,7 +171,10 @@ def test_unstarted_flights_by_first_request_follow_pod_events_and_the_timeout():
                                   allocated="main"))
     assert [f.key for f in s.unstarted_by_first("n1")[one]] == ["default/old"], \
         "a pod the agent answered leaves at once"
-    clock.t = NOW + 10.5  # `old` was bound 30.5 s ago: past the in-flight timeout
+    clock.t = NOW + 10.5  # `old` was bound 30.5 s ago: past the in-flight timeout, and
+    assert [f.key for f in s.unstarted_by_first("n1")[one]] == ["default/old"], "not admitted"
+    s.on_pod("MODIFIED", admitted(assigned(pod("old", mem=2048), "n1", ["GPU-n1-0"],
+                                           at=NOW - 20)))
     assert one not in s.unstarted_by_first("n1")
     assert [f.key for f in s.unstarted_by_first("n1")[two]] == ["default/pair"]
     assert s.unstarted_by_first("n2") == {}
