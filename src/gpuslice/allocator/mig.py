@@ -11,7 +11,8 @@ Rule per requested GPU, on each GPU the pod may use, its smallest profile holdin
 a GPU where a pod holds an instance is never re-partitioned. A container's GPUs are distinct;
 init and app containers are charged together (each gets its own instance).
 Invariants: the slices held on a GPU are always `mig.legal` together (assign refuses the rest,
-all or nothing); same inputs -> same placement (inventory order, no randomness).
+all or nothing); same inputs -> same placement (inventory order, no randomness); a node's
+results are kept per pod shape until that node or what it holds changes.
 Tests: tests/unit/allocator/test_mig_placement.py, test_mig_placement_properties.py
 """
 
@@ -28,6 +29,7 @@ from gpuslice.allocator.reasons import (
     RESOLVABLE,
     Rejection,
 )
+from gpuslice.allocator.reuse import shape_of
 from gpuslice.allocator.usage import AllocationError
 from gpuslice.model import (
     EXCLUSIVE_CORES,
@@ -43,6 +45,7 @@ from gpuslice.model import (
 __all__ = ["MIG_NODE", "NO_MIG", "NO_PLACEMENT", "NO_PROFILE", "MigNodes", "MigPlacement"]
 
 _REUSE, _FREE, _REPARTITION = 0, 1, 2
+_SHAPES = 64  # pod shapes whose result is kept per node
 
 
 def is_mig_node(inv: NodeInventory) -> bool:
@@ -154,6 +157,10 @@ class MigNodes:
         self._inv: dict[str, NodeInventory] = {}
         self._pods: dict[str, PodAssignment] = {}
         self._node_pods: dict[str, set[str]] = {}
+        # node -> pod shape (identity blanked) -> its placement or rejection there; dropped
+        # whenever the node or what it holds changes, so a filter over every node redoes only
+        # the nodes changed since (placements name no pod: a result serves any pod of the shape)
+        self._decided: dict[str, dict[PodRequest, MigPlacement | Rejection]] = {}
 
     def __contains__(self, name: object) -> bool:
         return name in self._inv
@@ -172,6 +179,7 @@ class MigNodes:
         """Add or replace; pods whose slices the new inventory cannot hold are dropped (keys
         returned, sorted) so they wait for their node again instead of being double-booked."""
         self._inv[inv.node] = inv
+        self._decided.pop(inv.node, None)
         keys = sorted(self._node_pods.setdefault(inv.node, set()))
         for k in keys:
             self._node_pods[inv.node].discard(k)
@@ -186,6 +194,7 @@ class MigNodes:
 
     def remove_node(self, name: str) -> list[str]:
         self._inv.pop(name, None)
+        self._decided.pop(name, None)
         dropped = sorted(self._node_pods.pop(name, ()))
         for k in dropped:
             del self._pods[k]
@@ -238,17 +247,29 @@ class MigNodes:
         self.release(key)
         self._pods[key] = a
         self._node_pods.setdefault(a.node, set()).add(key)
+        self._decided.pop(a.node, None)
 
     def release(self, key: str) -> bool:
         a = self._pods.pop(key, None)
         if a is None:
             return False
         self._node_pods.get(a.node, set()).discard(key)
+        self._decided.pop(a.node, None)
         return True
 
     # -- placement
     def place(self, name: str, pod: PodRequest) -> MigPlacement | Rejection:
         """The pod's placement on MIG node `name`, or why there is none (names the profile)."""
+        shape = shape_of(pod)
+        decided = self._decided.setdefault(name, {})
+        got = decided.get(shape)
+        if got is None:
+            if len(decided) >= _SHAPES:
+                decided.clear()
+            got = decided[shape] = self._place(name, shape)
+        return got
+
+    def _place(self, name: str, pod: PodRequest) -> MigPlacement | Rejection:
         inv = self._inv[name]
         held = self._held(name)
         views = [_GPUView(g, held.get(g.uuid, [])) for g in inv.gpus if g.mig is not None]
