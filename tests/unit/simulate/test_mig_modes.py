@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from gpuslice.allocator import parse_policy
 from gpuslice.cli import main
 from gpuslice.errors import InputFileError
-from gpuslice.model import GPU, ContainerAssignment, GPUSlice, PodAssignment
 from gpuslice.mig import CATALOG, MigGPU, MigSlice
+from gpuslice.model import GPU, ContainerAssignment, GPUSlice, PodAssignment
 from gpuslice.simulate.cluster import parse_cluster
 from gpuslice.simulate.engine import replay
 from gpuslice.simulate.metrics import UsageTracker
