@@ -114,15 +114,27 @@ async def test_every_example_pod_is_mutated_placed_and_allocated_as_docs_demo_sh
             f"`python examples/demo.py --markdown` and paste the block")
 
 
-async def test_a_volcano_pod_that_names_the_volcano_scheduler_is_left_to_it(kube_api, tmp_path):
-    """Volcano's own README sets schedulerName: volcano; gpuslice does not take such pods."""
+async def test_a_volcano_pod_that_names_the_volcano_scheduler_is_left_to_it_only_where_allowed(
+        kube_api, tmp_path):
+    """Volcano's own README sets schedulerName: volcano. Volcano would bind such a GPU pod with
+    no gpuslice assignment, so it is denied, except in a namespace the operator lists in
+    bypassNamespaces, where gpuslice leaves it to Volcano (docs/migrate.md "Volcano vGPU")."""
+    from lightkube.resources.core_v1 import Namespace
+
     written = yaml.safe_load((EXAMPLES / "volcano.yaml").read_text())
     written["spec"]["schedulerName"] = "volcano"
     path = tmp_path / "volcano-as-documented.yaml"
     path.write_text(yaml.safe_dump(written))
-    async with DemoCluster(kube_api) as cluster:
-        printed = await cluster.create(path)
-        pod = await cluster.pod("volcano-pod")
+    written["metadata"]["namespace"] = "volcano-jobs"
+    elsewhere = tmp_path / "volcano-in-its-namespace.yaml"
+    elsewhere.write_text(yaml.safe_dump(written))
+    async with DemoCluster(kube_api, bypass_namespaces=("volcano-jobs",)) as cluster:
+        denied = await cluster.create(path, check=False)
+        await cluster.client.create(Namespace.from_dict({"metadata": {"name": "volcano-jobs"}}))
+        printed = await cluster.create(elsewhere)
+        pod = await cluster.pod("volcano-pod", namespace="volcano-jobs")
+    assert "another scheduler would bind it" in denied, denied
+    assert "bypassNamespaces; namespace 'default' is not one" in denied, denied
     assert "Warning: spec.schedulerName=volcano: gpuslice will not place or cap this pod; " \
            "remove it to use gpuslice" in printed
     assert pod["spec"]["schedulerName"] == "volcano"
