@@ -30,7 +30,7 @@ from gpuslice.allocator.reasons import (
     Rejection,
 )
 from gpuslice.allocator.reuse import shape_of
-from gpuslice.allocator.usage import AllocationError
+from gpuslice.allocator.usage import AllocationError, Use
 from gpuslice.model import (
     EXCLUSIVE_CORES,
     GPU,
@@ -42,7 +42,8 @@ from gpuslice.model import (
     SliceRequest,
 )
 
-__all__ = ["MIG_NODE", "NO_MIG", "NO_PLACEMENT", "NO_PROFILE", "MigNodes", "MigPlacement"]
+__all__ = ["MIG_NODE", "NO_MIG", "NO_PLACEMENT", "NO_PROFILE", "MigNodes", "MigPlacement",
+           "mig_footprint"]
 
 _REUSE, _FREE, _REPARTITION = 0, 1, 2
 _SHAPES = 64  # pod shapes whose result is kept per node
@@ -50,6 +51,18 @@ _SHAPES = 64  # pod shapes whose result is kept per node
 
 def is_mig_node(inv: NodeInventory) -> bool:
     return any(g.mig is not None for g in inv.gpus)
+
+
+def mig_footprint(a: PodAssignment) -> dict[str, Use]:
+    """What a pod holds per GPU on a MIG node: every container's instance at once (init
+    containers too: an instance is made per container, not time-shared), unlike usage.footprint's
+    lifecycle rule for shared slices. What the simulator charges for a MIG pod."""
+    out: dict[str, Use] = {}
+    for s in a.slices():
+        u = out.get(s.uuid, Use(0, 0, 0, 0))
+        out[s.uuid] = Use(u.mem + s.memory_mib, u.cores + s.cores, u.slots + 1,
+                          u.excl + (s.cores >= EXCLUSIVE_CORES))
+    return dict(sorted(out.items()))
 
 
 def cores_of(p: mig.Profile) -> int:

@@ -20,6 +20,7 @@ import msgspec
 
 from gpuslice import mig
 from gpuslice.allocator import Use, footprint
+from gpuslice.allocator.mig import mig_footprint
 from gpuslice.model import EXCLUSIVE_CORES, GPU, PodAssignment, PodRequest
 
 __all__ = ["Metrics", "UsageTracker", "memory_threshold", "nearest_rank"]
@@ -133,7 +134,8 @@ class UsageTracker:
             self.stranded_mib += self._stranded(i)
 
     def hold(self, key: str, assignment: PodAssignment) -> None:
-        fp = footprint(assignment)
+        is_mig = any(sl.mig is not None for sl in assignment.slices())
+        fp = mig_footprint(assignment) if is_mig else footprint(assignment)
         self._held[key] = fp
         spans: dict[str, list[tuple[int, int]]] = {}
         for sl in assignment.slices():

@@ -97,3 +97,17 @@ def test_the_bundled_example_compares_shim_and_mig_side_by_side():
     shim, mig = rows
     assert mig["mean_memory_utilization"] > shim["mean_memory_utilization"], (
         "a MIG instance holds its whole profile: rounding up shows as memory taken")
+
+
+def test_a_mig_pod_with_an_init_container_is_charged_both_instances(tmp_path):
+    init = {"arrival": 0, "duration": 10, "pod": {"metadata": {"name": "p"}, "spec": {
+        "initContainers": [{"name": "warm", "resources": {"limits": {
+            "volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "8000"}}}],
+        "containers": [{"name": "main", "resources": {"limits": {
+            "volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "30000"}}}]}}}
+    path = tmp_path / "trace.jsonl"
+    path.write_text(json.dumps(init) + "\n")
+    nodes, jobs = apply_mode(parse_cluster(group(count=1)), load_trace(str(path)), "mig")
+    r = replay(nodes, jobs, parse_policy("binpack"), check=True)  # tracker == allocator
+    assert r.metrics.placed == 1
+    assert r.metrics.peak_memory_utilization == round((9059 + 37670) / 81559, 6)
