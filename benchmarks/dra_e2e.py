@@ -473,17 +473,7 @@ async def bench(client: AsyncClient, args: argparse.Namespace, base: Path, *,
             c["status"].get("reservedFor") or ())] == [
             owner_pod(c) or by_claim.get(c["metadata"]["name"])])
         prepare_ms, failures = await call_each(nodes, allocated, "prepare")
-        mismatches = []
-        for c in allocated:
-            if c["metadata"]["name"] in failures:
-                continue
-            node = nodes[results(c)[0]["pool"]]
-            spec = json.loads(cdi.path(node.dir / "cdi", c["metadata"]["uid"]).read_text())
-            env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
-            want = expected_limits(c, devices)
-            if {k: env.get(k) for k in want} != want or any(
-                    k.startswith("CUDA_DEVICE_MEMORY_LIMIT_") and k not in want for k in env):
-                mismatches.append(f"{c['metadata']['name']}: CDI {env} != allocation {want}")
+        mismatches = cdi_mismatches(nodes, allocated, devices, failures)
         unprepare_ms, unprepare_failures = await call_each(nodes, allocated, "unprepare")
         left = sorted(p.name for n in nodes.values() for p in (n.dir / "cdi").glob("*.json"))
         if kcm:  # the kubelet unprepares, then the pods go: kube-controller-manager frees
@@ -590,12 +580,46 @@ def plain_pod(name: str) -> dict[str, Any]:
                                      "resources": {"requests": {"cpu": "1m"}}}]}}
 
 
-async def start_webhook(client: AsyncClient, base: Path, kubeconfig: Path) -> Any:
-    """`gpuslice webhook` in its own process (DRA path by default) over HTTPS, called by
-    kube-apiserver, as a cluster runs it; the Popen, stopped by the caller."""
-    import subprocess
+def args_memory(args: argparse.Namespace) -> int:
+    """The memory capacity every fake GPU publishes, MiB (GPU_MIB rounded down to the step)."""
+    return GPU_MIB // args.step * args.step
 
-    import yaml
+
+def claims_by_hand(bodies: list[dict[str, Any]], sizes: list[int]
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The dialect pods as a user of DRA would write them: the claim specs the webhook gives
+    (webhook/dra.claim_spec), named as it names them, the pods naming them; no dialect resource,
+    so the webhook lets them through unchanged. (pods, templates)."""
+    from gpuslice import dialects
+    from gpuslice.webhook import dra
+
+    opts = dra.DraOptions(enabled=True, default_path="dra")
+    pods, templates = [], {}
+    for body in bodies:
+        parsed = dialects.parse_pod(body)
+        pod = copy.deepcopy(body)
+        pod["metadata"]["name"] = body["metadata"]["name"].replace("dialect-", "raw-")
+        pod["metadata"]["annotations"] = {}
+        claims = []
+        for key in ("initContainers", "containers"):
+            for c in pod["spec"].get(key) or ():
+                s = next(x for x in parsed.slices if x.container == c["name"])
+                spec = dra.claim_spec(s, parsed.filter, sizes, opts)
+                name = dra.template_name(spec)
+                templates[name] = {"apiVersion": "resource.k8s.io/v1",
+                                   "kind": "ResourceClaimTemplate",
+                                   "metadata": {"name": name, "namespace": NS},
+                                   "spec": {"spec": spec}}
+                claims.append({"name": f"gpu-{c['name']}", "resourceClaimTemplateName": name})
+                c["resources"] = {"claims": [{"name": f"gpu-{c['name']}"}]}
+        pod["spec"]["resourceClaims"] = claims
+        pods.append(pod)
+    return pods, list(templates.values())
+
+
+def webhook_configuration(name: str, url: str) -> Any:
+    """The MutatingWebhookConfiguration that sends pod creates to the webhook at `url` (with
+    DRA on it creates templates, except for dryRun requests: NoneOnDryRun)."""
     from lightkube.models.admissionregistration_v1 import (
         MutatingWebhook,
         RuleWithOperations,
@@ -603,6 +627,21 @@ async def start_webhook(client: AsyncClient, base: Path, kubeconfig: Path) -> An
     )
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
+
+    return MutatingWebhookConfiguration(metadata=ObjectMeta(name=name), webhooks=[
+        MutatingWebhook(name="pods.gpuslice.io", admissionReviewVersions=["v1"],
+                        sideEffects="NoneOnDryRun", failurePolicy="Fail", timeoutSeconds=10,
+                        clientConfig=WebhookClientConfig(url=url),
+                        rules=[RuleWithOperations(apiGroups=[""], apiVersions=["v1"],
+                                                  operations=["CREATE"], resources=["pods"])])])
+
+
+async def start_webhook(client: AsyncClient, base: Path, kubeconfig: Path) -> Any:
+    """`gpuslice webhook` in its own process (DRA path by default) over HTTPS, called by
+    kube-apiserver, as a cluster runs it; the Popen, stopped by the caller."""
+    import subprocess
+
+    import yaml
 
     from gpuslice.webhook.certgen import certgen
 
@@ -620,13 +659,8 @@ async def start_webhook(client: AsyncClient, base: Path, kubeconfig: Path) -> An
                              "webhook", "--config", str(base / "webhook.yaml")],
                             stdout=log, stderr=subprocess.STDOUT)
     with contextlib.suppress(errors.Conflict), errors.translate("create the webhook config"):
-        await client.create(MutatingWebhookConfiguration(
-            metadata=ObjectMeta(name="gpuslice-dra-bench"), webhooks=[MutatingWebhook(
-                name="pods.gpuslice.io", admissionReviewVersions=["v1"],
-                sideEffects="NoneOnDryRun", failurePolicy="Fail", timeoutSeconds=10,
-                clientConfig=WebhookClientConfig(url=f"https://127.0.0.1:{port}/mutate"),
-                rules=[RuleWithOperations(apiGroups=[""], apiVersions=["v1"],
-                                          operations=["CREATE"], resources=["pods"])])]))
+        await client.create(webhook_configuration("gpuslice-dra-bench",
+                                                  f"https://127.0.0.1:{port}/mutate"))
     await certgen(service="unused", namespace="default", ips=["127.0.0.1"], out_dir=str(tls),
                   webhook_config="gpuslice-dra-bench", client=client)
     probe = dialect_pod("probe", 0)
@@ -761,6 +795,26 @@ async def dialect_burst(client: AsyncClient, args: argparse.Namespace, base: Pat
         kinds = [k for k, shape in enumerate(DIALECT_SHAPES) for _ in range(shape[3])]
         shapes = [rng.choice(kinds) for _ in range(args.pods)]
         bodies = [dialect_pod(f"dialect-{i:05d}", k) for i, k in enumerate(shapes)]
+        if args.raw_claims:  # the same claims written by hand: kube-scheduler's DRA alone
+            raw, templates = claims_by_hand(bodies, [args_memory(args)])
+            for t in templates:
+                with contextlib.suppress(errors.Conflict), errors.translate("template"):
+                    await client.create(dict_view(ResourceClaimTemplate)(t), namespace=NS)
+            await create_all(client, raw)
+            raw_names = [p["metadata"]["name"] for p in raw]
+            raw_s = await schedule_timed(plane, args, watch, raw_names)
+            out["raw_bound"] = len(set(raw_names) & watch.bound)
+            out["raw_schedule_s"] = round(raw_s, 2)
+            out["raw_pods_per_s"] = round(out["raw_bound"] / raw_s, 1)
+            for name in raw_names:
+                with contextlib.suppress(errors.NotFound), errors.translate("delete"):
+                    await client.delete(Pod, name, namespace=NS, grace_period=0)
+
+            async def held() -> int:  # their shares must be free before the next phase
+                return len([c async for c in client.list(dict_view(ResourceClaim),
+                                                         namespace=NS)])
+            await until("kube-controller-manager to delete the hand-written pods' claims",
+                        held, args.timeout)
         created_s, denied = await create_all(client, copy.deepcopy(bodies))
         out["dialect_create_s"] = round(created_s, 2)
         out["denied_at_admission"] = denied[:3]
@@ -843,6 +897,8 @@ async def dialect_burst(client: AsyncClient, args: argparse.Namespace, base: Pat
         })
         out["ratio_to_plain"] = round(out["dialect_pods_per_s"] / out["plain_pods_per_s"], 3) \
             if out["plain_pods_per_s"] else None
+        if out.get("raw_pods_per_s"):
+            out["ratio_to_raw_claims"] = round(out["dialect_pods_per_s"] / out["raw_pods_per_s"], 3)
         out["api_server"] = plane.version
         out["scheduler"] = "kube-scheduler " + plane.version.split()[-1]
         return out
@@ -906,6 +962,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="issue 23: --pods HAMi/Volcano/GPU Manager pods through the webhook "
                         "onto DRA, against as many plain pods (real binaries only)")
     p.add_argument("--pods", type=int, default=2000, help="pods of each kind (--dialects)")
+    p.add_argument("--raw-claims", action="store_true",
+                   help="with --dialects: also the same claims written by hand, placed by the "
+                        "same kube-scheduler (what DRA costs without the webhook)")
     p.add_argument("--json", action="store_true", help="print JSON only")
     return p.parse_args(argv)
 

@@ -34,7 +34,7 @@ from gpuslice.kube.client import dict_view
 from gpuslice.quantity import QuantityError, parse_quantity
 from gpuslice.webhook.dra import Inventory
 
-__all__ = ["SliceInventory", "TemplateError", "Templates", "inventory_of"]
+__all__ = ["SliceInventory", "TemplateError", "Templates", "canonical", "inventory_of"]
 
 log = logging.getLogger(__name__)
 MiB = 1 << 20
@@ -86,6 +86,26 @@ class SliceInventory:
         self.informer.stop()
 
 
+def canonical(template_spec: Mapping[str, Any]) -> Any:
+    """A ResourceClaimTemplate's spec as kube-apiserver stores it and as the webhook writes it
+    alike: the API adds an empty `metadata` and canonicalises quantities (4096Mi -> 4Gi), so
+    capacity requests compare by value."""
+    spec = dict(template_spec)
+    if not spec.get("metadata"):
+        spec.pop("metadata", None)
+
+    def by_value(node: Any, key: str = "") -> Any:
+        if isinstance(node, Mapping):
+            if key == "requests" and all(isinstance(v, str | int) for v in node.values()):
+                with contextlib.suppress(QuantityError):
+                    return {k: parse_quantity(v, field=k) for k, v in node.items()}
+            return {k: by_value(v, k) for k, v in node.items()}
+        if isinstance(node, list):
+            return [by_value(v) for v in node]
+        return node
+    return by_value(spec)
+
+
 class Templates:
     """Create a pod's ResourceClaimTemplates; those made or checked recently are not asked
     for again (a burst of pods of one shape costs one create)."""
@@ -128,7 +148,7 @@ class Templates:
                                             namespace=ns)
         except errors.APIError as exc:
             raise TemplateError(f"{what}: exists but cannot be read ({exc}); retry") from None
-        if dict(got.get("spec") or {}) != dict(body["spec"]):
+        if canonical(got.get("spec") or {}) != canonical(body["spec"]):
             raise TemplateError(
                 f"{what}: exists with another spec than gpuslice's webhook gives this shape "
                 "(templates named gpuslice-<hash> are the webhook's); delete it, and the next "

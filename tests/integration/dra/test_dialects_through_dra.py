@@ -10,10 +10,8 @@ claims are deleted with it; the tenant attacks of issue 20 are refused on this p
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import shutil
-import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -21,16 +19,10 @@ from typing import Any
 
 import pytest
 from lightkube import ApiError
-from lightkube.models.admissionregistration_v1 import (
-    MutatingWebhook,
-    RuleWithOperations,
-    WebhookClientConfig,
-)
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimTemplate
 
+from gpuslice import model
 from gpuslice.dra import DRIVER, cdi
 from gpuslice.kube.client import dict_view
 from gpuslice.node.nvml import DeviceInfo
@@ -38,21 +30,12 @@ from gpuslice.quantity import parse_quantity
 from gpuslice.webhook import config, dra
 from gpuslice.webhook.certgen import certgen
 from gpuslice.webhook.command import Server
+from gpuslice.webhook.dra_cluster import Templates
 
 pytestmark = pytest.mark.kube_backends("kube-apiserver")
 
-BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "dra_e2e.py"
 MiB = 1 << 20
 NS = "default"
-
-
-@pytest.fixture(scope="module")
-def dra_e2e():
-    spec = importlib.util.spec_from_file_location("dra_e2e", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["dra_e2e"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def gpu(node: str, i: int, model: str, gib: int) -> DeviceInfo:
@@ -91,13 +74,8 @@ async def cluster(kube_api, tmp_path, dra_e2e):
     await client.create(dict_view(DeviceClass)({
         "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DRIVER},
         "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}))
-    await client.create(MutatingWebhookConfiguration(
-        metadata=ObjectMeta(name="gpuslice-webhook"), webhooks=[MutatingWebhook(
-            name="pods.gpuslice.io", admissionReviewVersions=["v1"],
-            sideEffects="NoneOnDryRun", failurePolicy="Fail", timeoutSeconds=10,
-            clientConfig=WebhookClientConfig(url=f"https://127.0.0.1:{server.port}/mutate"),
-            rules=[RuleWithOperations(apiGroups=[""], apiVersions=["v1"],
-                                      operations=["CREATE"], resources=["pods"])])]))
+    await client.create(dra_e2e.webhook_configuration(
+        "gpuslice-webhook", f"https://127.0.0.1:{server.port}/mutate"))
     await certgen(service="unused", namespace="default", ips=["127.0.0.1"],
                   out_dir=str(tmp_path), webhook_config="gpuslice-webhook", client=client)
     base = Path(tempfile.mkdtemp(prefix="dra-d-", dir="/tmp"))  # short unix socket paths
@@ -351,3 +329,35 @@ async def test_the_demos_five_pods_run_on_dra_with_their_limits(cluster):
             assert [env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] for i in range(count)] == \
                 [f"{mib}m"] * count, (f, container, env)
             assert env["CUDA_DEVICE_SM_LIMIT"] == cores, (f, container)
+
+
+async def test_a_template_kube_apiserver_stored_matches_what_another_replica_would_write(cluster):
+    """A second webhook replica (or one whose memory of a template expired) finds the template
+    made already: the stored spec (kube-apiserver adds metadata, writes 4096Mi as 4Gi) must
+    read as the same, else every pod of that shape would be denied."""
+    client, _, server = cluster
+    first = await client.create(dict_view(Pod)(pod("first", {
+        "nvidia.com/gpumem": "4096", "nvidia.com/gpucores": "30", "nvidia.com/priority": "1"},
+        annotations={"nvidia.com/use-gputype": "h100"})))
+    name = first["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+    stored = await client.get(dict_view(ResourceClaimTemplate), name, namespace=NS)
+    assert stored["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"] == {
+        "requests": {"memory": "4Gi", "cores": "30"}}, "kube-apiserver canonicalised it"
+    other_replica = Templates(client)
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"spec": dra.claim_spec(
+                model.SliceRequest(container="main", memory_mib=4096, cores=30,
+                                   priority=model.Priority.LOW),
+                model.GPUFilter(use_types=("h100",)), (), dra.DraOptions(enabled=True))}}
+    assert dra.template_name(body["spec"]["spec"]) == name
+    await other_replica.ensure(body)  # no TemplateError
+    percent = await client.create(dict_view(Pod)(pod("pct", {
+        "nvidia.com/gpumem-percentage": "10"})))
+    pname = percent["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+    sizes = server.inventory.current().memory_mib
+    await Templates(client).ensure({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": pname, "namespace": NS},
+        "spec": {"spec": dra.claim_spec(model.SliceRequest(container="main", memory_percent=10),
+                                        model.GPUFilter(), sizes, dra.DraOptions(enabled=True))}})

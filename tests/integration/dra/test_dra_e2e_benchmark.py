@@ -10,24 +10,11 @@ direct: reservedFor, allocation and finalizer gone)."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-
-PATH = Path(__file__).resolve().parents[3] / "benchmarks" / "dra_e2e.py"
-
-
-@pytest.fixture(scope="module")
-def dra_e2e():
-    spec = importlib.util.spec_from_file_location("dra_e2e", PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["dra_e2e"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 async def test_every_allocated_claim_is_prepared_with_its_consumed_capacity(kube_api, dra_e2e):
@@ -87,8 +74,8 @@ async def test_a_burst_of_dialect_pods_through_the_webhook_is_capped_as_allocate
     """Issue 23, small: pods in HAMi, Volcano and GPU Manager terms through gpuslice's webhook,
     placed by kube-scheduler beside as many plain pods; a node agent and a pod restart
     mid-burst, a container restart (a second prepare) after."""
-    args = dra_e2e.parse(["--dialects", "--nodes", "3", "--gpus", "4", "--pods", "40",
-                          "--timeout", "30"])
+    args = dra_e2e.parse(["--dialects", "--raw-claims", "--nodes", "3", "--gpus", "4",
+                          "--pods", "40", "--timeout", "30"])
     base = Path(tempfile.mkdtemp(prefix="dra-b-", dir="/tmp"))
     client = kube_api.async_client()
     try:
@@ -107,3 +94,5 @@ async def test_a_burst_of_dialect_pods_through_the_webhook_is_capped_as_allocate
     assert restarts["container"] == {**restarts["container"], "error": "",
                                      "same_cdi_spec": True}
     assert got["plain_pods_per_s"] > 0 and got["dialect_pods_per_s"] > 0
+    assert got["raw_bound"] == 40 and got["raw_pods_per_s"] > 0, \
+        "the same claims written by hand, placed by the same kube-scheduler"
