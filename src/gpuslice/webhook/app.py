@@ -17,11 +17,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
+from lightkube import AsyncClient
 
 from gpuslice import dialects, ops
 from gpuslice.webhook import dra, review
 from gpuslice.webhook.admit import Decision, Options, Result, admit
-from gpuslice.webhook.dra_cluster import TemplateError, Templates
+from gpuslice.webhook.dra_cluster import TemplateError, Templates, foreign_claims
 from gpuslice.webhook.metrics import Metrics
 
 __all__ = ["MAX_BODY", "make_app"]
@@ -36,9 +37,11 @@ LabelLookup = Callable[[str], Awaitable[Mapping[str, str] | None]]
 def make_app(options: Options, metrics: Metrics, *, ready: Callable[[], str | None],
              namespace_labels: LabelLookup | None = None,
              dra_inventory: Callable[[], dra.Inventory | None] = lambda: None,
-             templates: Templates | None = None) -> web.Application:
+             templates: Templates | None = None,
+             claims_client: AsyncClient | None = None) -> web.Application:
     """The application; `namespace_labels` None = trust the namespaceSelector alone;
-    `dra_inventory` and `templates`: for pods on the DRA path (webhook/dra_cluster.py)."""
+    `dra_inventory` and `templates`: for pods on the DRA path (webhook/dra_cluster.py);
+    `claims_client`: refuse pods that name a claim made for another pod (foreign_claims)."""
 
     async def lookup(req: review.Request) -> Mapping[str, str] | None:
         if namespace_labels is None or not req.namespace or req.operation != "CREATE" \
@@ -62,6 +65,11 @@ def make_app(options: Options, metrics: Metrics, *, ready: Callable[[], str | No
                              user=req.user_info.username, dra_inventory=dra_inventory())
             if decision.templates and not req.dry_run:  # dryRun: no side effects
                 decision = await _make_templates(decision, templates)
+            if claims_client is not None and decision.allowed and req.operation == "CREATE":
+                stolen = await foreign_claims(claims_client, req.object, req.namespace)
+                if stolen:
+                    decision = Decision(result=Result.DENIED, why="another pod's claim",
+                                        message="\n".join(stolen))
         except Exception:
             metrics.observe(Result.ERROR, time.perf_counter() - start)
             log.exception("admission of %s/%s failed", req.namespace, req.name,

@@ -99,7 +99,8 @@ class Server:
             explainer = Explainer(client, self.inventory,
                                   defaults=self.cfg.options().defaults)
             self._tasks.append(asyncio.create_task(explainer.run()))
-        return {"dra_inventory": self.inventory.current, "templates": Templates(client)}
+        return {"dra_inventory": self.inventory.current, "templates": Templates(client),
+                "claims_client": client}
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -24,7 +24,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from lightkube import AsyncClient
-from lightkube.resources.resource_v1 import ResourceClaimTemplate, ResourceSlice
+from lightkube.resources.resource_v1 import (
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
 
 from gpuslice.dra import DRIVER
 from gpuslice.errors import GpusliceError
@@ -34,7 +38,8 @@ from gpuslice.kube.client import dict_view
 from gpuslice.quantity import QuantityError, parse_quantity
 from gpuslice.webhook.dra import Inventory
 
-__all__ = ["SliceInventory", "TemplateError", "Templates", "canonical", "inventory_of"]
+__all__ = ["SliceInventory", "TemplateError", "Templates", "canonical", "foreign_claims",
+           "inventory_of"]
 
 log = logging.getLogger(__name__)
 MiB = 1 << 20
@@ -84,6 +89,42 @@ class SliceInventory:
 
     def stop(self) -> None:
         self.informer.stop()
+
+
+async def foreign_claims(client: AsyncClient, pod: Mapping[str, Any], namespace: str
+                         ) -> list[str]:
+    """One problem line per claim the pod names (resourceClaimName) that was made for another
+    pod (its controller is that Pod: kube-controller-manager made it from a template).
+    kube-scheduler v1.36 reserves such a claim for any pod of the namespace that names it, and
+    the kubelet then gives that pod the owner's GPU share (the same CDI device, region and
+    cap): a claim made for a pod is that pod's alone."""
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    entries = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+    name = str(((pod.get("metadata") or {}) if isinstance(pod, Mapping) else {}).get("name")
+               or "")
+    problems = []
+    for e in entries if isinstance(entries, list) else ():
+        claim = e.get("resourceClaimName") if isinstance(e, Mapping) else None
+        if not isinstance(claim, str) or not claim:
+            continue
+        try:
+            with errors.translate(f"get resourceclaim {namespace}/{claim}"):
+                got = await client.get(dict_view(ResourceClaim), claim, namespace=namespace)
+        except errors.NotFound:
+            continue  # not there yet: a claim the user will create (then it has no owner pod)
+        except errors.APIError as exc:  # cannot tell: refuse rather than risk another's share
+            problems.append(f"pod: spec.resourceClaims {e.get('name')}: cannot read "
+                            f"resourceclaim {claim} ({exc}); retry, or check the webhook's "
+                            "RBAC (get resourceclaims)")
+            continue
+        owner = next((o for o in (got.get("metadata") or {}).get("ownerReferences") or ()
+                      if o.get("controller") and o.get("kind") == "Pod"), None)
+        if owner is not None and owner.get("name") != name:
+            problems.append(
+                f"pod: spec.resourceClaims {e.get('name')}: resourceClaimName={claim} was made "
+                f"for pod {owner.get('name')} (from its template) and holds that pod's GPU "
+                "share; name a ResourceClaimTemplate or a ResourceClaim of your own")
+    return problems
 
 
 def canonical(template_spec: Mapping[str, Any]) -> Any:

@@ -361,3 +361,28 @@ async def test_a_template_kube_apiserver_stored_matches_what_another_replica_wou
         "metadata": {"name": pname, "namespace": NS},
         "spec": {"spec": dra.claim_spec(model.SliceRequest(container="main", memory_percent=10),
                                         model.GPUFilter(), sizes, dra.DraOptions(enabled=True))}})
+
+
+async def test_a_pod_cannot_take_the_claim_made_for_another(cluster):
+    """kube-scheduler v1.36.2 reserves a claim made for pod A from its template for any pod of
+    the namespace that names it (resourceClaimName), and the kubelet would then give that pod
+    A's GPU share: the webhook refuses such a pod; a pod naming a claim of its own passes."""
+    client, _, _ = cluster
+    await client.create(dict_view(Pod)(pod("victim", {"nvidia.com/gpumem": "4096"})))
+    (c,) = await claims_of(client, "victim", 1)
+    thief = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "thief", "namespace": NS},
+             "spec": {"resourceClaims": [{"name": "x", "resourceClaimName":
+                                          c["metadata"]["name"]}],
+                      "containers": [{"name": "c", "image": "registry.invalid/pause:1",
+                                      "resources": {"claims": [{"name": "x"}]}}]}}
+    with pytest.raises(ApiError) as err:
+        await client.create(dict_view(Pod)(thief))
+    assert f"resourceClaimName={c['metadata']['name']} was made for pod victim" in \
+        err.value.status.message
+    own = await client.create(dict_view(ResourceClaim)({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "mine", "namespace": NS}, "spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": DRIVER,
+                                        "capacity": {"requests": {"memory": "1Gi"}}}}]}}}))
+    thief["spec"]["resourceClaims"][0]["resourceClaimName"] = own["metadata"]["name"]
+    await client.create(dict_view(Pod)(thief))  # a claim of one's own: allowed
