@@ -418,17 +418,22 @@ TEMPLATES_NEED = ("not run: claims made from templates and freed after delete ne
                   "kube-controller-manager and kube-scheduler (real binaries: KUBEBUILDER_ASSETS)")
 
 
-async def bench(client: AsyncClient, args: argparse.Namespace, base: Path, *,
-                api_server: str, plane: Any = None) -> dict[str, Any]:
+async def namespace_and_class(client: AsyncClient) -> None:
+    """The benchmark's namespace and the DeviceClass (as the chart with dra.enabled makes it;
+    a real cluster may have both from an earlier run); GAVE_UP emptied for this run."""
     with contextlib.suppress(errors.Conflict), errors.translate(f"create namespace {NS}"):
         await client.create(dict_view(Namespace)({"apiVersion": "v1", "kind": "Namespace",
                                                   "metadata": {"name": NS}}))
-    # as the chart with dra.enabled; a real cluster may have it from an earlier run
     with contextlib.suppress(errors.Conflict), errors.translate("create the DeviceClass"):
         await client.create(dict_view(DeviceClass)({
             "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DRIVER},
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}))
     GAVE_UP.clear()
+
+
+async def bench(client: AsyncClient, args: argparse.Namespace, base: Path, *,
+                api_server: str, plane: Any = None) -> dict[str, Any]:
+    await namespace_and_class(client)
     real = plane is not None and plane.assets.kube_scheduler is not None
     kcm = real and plane.assets.kube_controller_manager is not None
     share = args.from_templates if kcm else 0.0
@@ -761,14 +766,7 @@ async def dialect_burst(client: AsyncClient, args: argparse.Namespace, base: Pat
     anew from its checkpoint) and a bound pod is deleted and created again. Then every claim is
     prepared through its node's kubelet emulator (one twice: a container restart), the CDI
     limits compared with consumedCapacity, and over-commitment counted."""
-    with contextlib.suppress(errors.Conflict), errors.translate(f"create namespace {NS}"):
-        await client.create(dict_view(Namespace)({"apiVersion": "v1", "kind": "Namespace",
-                                                  "metadata": {"name": NS}}))
-    with contextlib.suppress(errors.Conflict), errors.translate("create the DeviceClass"):
-        await client.create(dict_view(DeviceClass)({
-            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DRIVER},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}))
-    GAVE_UP.clear()
+    await namespace_and_class(client)
     names = [f"gpu-node-{i:03d}" for i in range(args.nodes)]
     nodes: dict[str, FakeNode] = {}
     out: dict[str, Any] = {}

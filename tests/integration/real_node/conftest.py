@@ -51,7 +51,9 @@ def real_tier_slot() -> Iterator[Slot]:
 
 
 @pytest.fixture
-def tier(real_tier_slot: Slot, request: pytest.FixtureRequest) -> Iterator[Any]:
+def real_plane(request: pytest.FixtureRequest) -> Any:
+    """The real control plane, once this machine can run the real kubelet (else the test
+    skips with why; under CI=true it fails)."""
     names, why = chosen_backends()
     if REAL not in names:
         pytest.skip(f"the real kubelet tier needs the kube-apiserver backend ({why})")
@@ -63,6 +65,14 @@ def tier(real_tier_slot: Slot, request: pytest.FixtureRequest) -> Iterator[Any]:
         if IN_CI:
             pytest.fail(f"CI is set and {problem}", pytrace=False)
         pytest.skip(problem)
+    return plane
+
+
+@pytest.fixture
+def tier(real_tier_slot: Slot, real_plane: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    from kubelet import real
+
+    plane = real_plane
     request.session.stash[_SLOT] = real_tier_slot
     if real_tier_slot.tier is None:
         real_tier_slot.tier = real.Tier(plane).start()

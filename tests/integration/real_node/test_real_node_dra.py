@@ -32,19 +32,10 @@ NS = "dra-demo"
 
 
 @pytest.fixture
-def dra_node(real_tier_slot, request, tmp_path):
-    from kubeapi.fixtures import IN_CI, REAL, chosen_backends
+def dra_node(real_tier_slot, real_plane):
     from kubelet import real
 
-    names, why = chosen_backends()
-    if REAL not in names:
-        pytest.skip(f"the real kubelet tier needs the kube-apiserver backend ({why})")
-    plane = request.getfixturevalue("kube_control_plane")
-    problem = real.cannot_run(plane.assets)
-    if problem is not None:
-        if IN_CI:
-            pytest.fail(f"CI is set and {problem}", pytrace=False)
-        pytest.skip(problem)
+    plane = real_plane
     real_tier_slot.stop()  # one kubelet per machine
     plane.reset()
 
