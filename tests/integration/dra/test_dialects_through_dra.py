@@ -286,6 +286,14 @@ async def test_a_template_forged_under_the_webhooks_name_is_not_used(cluster):
     ("a placement of its own", {**pod("t3", {"nvidia.com/gpumem": "1024"}), "spec": {
         **pod("t3", {"nvidia.com/gpumem": "1024"})["spec"], "nodeName": "h100-node"}},
      "spec.nodeName"),
+    ("a forged placement (issue 20 item 1)", pod(
+        "t5", {"nvidia.com/gpumem": "1024"},
+        annotations={"gpuslice.io/assignment": '{"node":"h100-node","containers":[]}'}),
+     "annotation gpuslice.io/assignment: written by gpuslice"),
+    ("the opt-out label on a GPU pod (issue 20 item 2)", {**pod(
+        "t6", {"nvidia.com/gpumem": "1024"}), "metadata": {
+            "name": "t6", "namespace": NS, "labels": {"gpuslice.io/webhook": "disabled"}}},
+     "gpuslice.io/webhook=disabled"),
     ("a path that is none", {**pod("t4", {"nvidia.com/gpumem": "1024"}), "spec": {
         **pod("t4", {"nvidia.com/gpumem": "1024"})["spec"],
         "nodeSelector": {dra.PATH_LABEL: "both"}}}, "not a GPU path"),
