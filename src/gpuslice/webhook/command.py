@@ -54,6 +54,10 @@ class Server:
     def _ready(self) -> str | None:
         if self.tls.not_after <= time.time():
             return f"the serving certificate in {self.cfg.cert_file} has expired"
+        if self.inventory is not None and self.inventory.current() is None:
+            # DRA pods would be denied as if the cluster served no resource.k8s.io/v1
+            return ("dra.enabled: the ResourceSlices are not listed yet (resource.k8s.io/v1 "
+                    "served? the webhook may list and watch resourceslices?)")
         return None
 
     async def start(self) -> None:

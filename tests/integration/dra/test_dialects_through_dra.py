@@ -394,3 +394,15 @@ async def test_a_pod_cannot_take_the_claim_made_for_another(cluster):
                                         "capacity": {"requests": {"memory": "1Gi"}}}}]}}}))
     thief["spec"]["resourceClaims"][0]["resourceClaimName"] = own["metadata"]["name"]
     await client.create(dict_view(Pod)(thief))  # a claim of one's own: allowed
+
+
+async def test_the_webhook_is_ready_only_once_it_has_listed_the_slices(cluster):
+    """Before the first list every DRA pod would be denied as if the cluster served no DRA:
+    /readyz says so, and the Service sends it nothing meanwhile."""
+    _, _, server = cluster
+    assert server._ready() is None
+    server.inventory.informer.synced.clear()
+    try:
+        assert "ResourceSlices are not listed yet" in server._ready()
+    finally:
+        server.inventory.informer.synced.set()
