@@ -49,8 +49,9 @@ def test_the_walk_sees_imports():
     assert "plugin.py" in importers("dra", "gpuslice.container")
 
 
-def test_edits_and_limits_import_no_edge_library():
-    program = ("import sys\nimport gpuslice.container.edits, gpuslice.container.limits\n"
+def test_the_pure_modules_of_both_paths_import_no_edge_library():
+    program = ("import sys\nimport gpuslice.container.edits, gpuslice.container.limits, "
+               "gpuslice.dra.fit, gpuslice.webhook.dra\n"
                "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
                "('grpc', 'lightkube', 'aiohttp', 'pynvml'))\nassert not bad, bad\n")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,

@@ -7,6 +7,7 @@ Open first: slices.py (what a node publishes), then
   publisher.py  create/update the slice, read it back (a gate-off server drops sharing
                 fields silently: say so loudly), remove it at uninstall
   claims.py     PURE: a claim's allocation -> its shares on this node (the kubelet plugin's input)
+  fit.py        PURE: why a request fits no node's published GPUs (the webhook's NoGPUFit events)
   plugin.py     kubelet DRAPlugin servicer: prepare = claim -> region + CDI spec + checkpoint
   cdi.py        the claim's CDI spec (the device plugin's env and mounts, plus device nodes)
   checkpoint.py <state-dir>/dra/prepared.json: what prepare made, read back after a restart

@@ -4,7 +4,8 @@ input; container/limits.py turns them into the claim's region limits).
 Owns: reading `status.allocation.devices.results[]` (entries of our driver and this node's
 pool), both result shapes (a share: `consumedCapacity` + `shareID`; an exclusive device, or a
 server with DRAConsumableCapacity off: neither = the whole device), memory rounding (UP to MiB),
-and checking each result against the devices this node publishes (slices.py's names and sizes).
+checking each result against the devices this node publishes (slices.py's names and sizes),
+and the priority of the driver's opaque config (ShareConfig, written by webhook/dra.py).
 Does not: talk to the API (plugin.py fetches the claim) or write anything (cdi.py, regions).
 Invariants: the limits are `consumedCapacity` (what the scheduler counted), never the request;
 cores 0 (the published default: the claim named none) and 100 = no compute limit.
