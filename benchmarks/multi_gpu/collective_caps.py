@@ -47,13 +47,17 @@ def gpu_uuids() -> list[str]:
     return [u.strip() for u in out.splitlines() if u.strip()]
 
 
+PHASE = {"GPUSLICE_COMPUTE_PHASE": "0"}  # --phase: "1" (the experimental in-phase holds)
+
+
 def _env(lib: Path | None, limit: int, region: Path, uuids: list[str], gpu: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CUDA_DEVICE_", "GPUSLICE_", "LD_PRELOAD"))}
     env.update(SAFE_ENV, CUDA_VISIBLE_DEVICES=str(gpu))
     if lib is not None:
         env.update(LD_PRELOAD=str(lib), CUDA_DEVICE_MEMORY_SHARED_CACHE=str(region),
-                   GPUSLICE_DEVICE_UUIDS=",".join(uuids), CUDA_DEVICE_SM_LIMIT=str(limit))
+                   GPUSLICE_DEVICE_UUIDS=",".join(uuids), CUDA_DEVICE_SM_LIMIT=str(limit),
+                   **PHASE)
     return env
 
 
@@ -107,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compute-us", type=float, default=500)
     ap.add_argument("--disguised-seconds", type=float, default=4)
     ap.add_argument("--placements", default="two-gpus,one-gpu")
+    ap.add_argument("--phase", action="store_true", help="GPUSLICE_COMPUTE_PHASE=1 (issue 21)")
     args = ap.parse_args(argv)
+    PHASE["GPUSLICE_COMPUTE_PHASE"] = "1" if args.phase else "0"
     if not args.lib.is_file():
         sys.exit(f"collective_caps: no library at {args.lib}: build it (make -C native ZIG=)")
     limits = [int(x) for x in args.limits.split(",") if x]

@@ -20,7 +20,9 @@
 #   ..., repeated for more ranks), SM_LIMITS (default "30 50"; SM_LIMIT=N: that one alone),
 #   PHASES (default "tests inventory nccl same-gpu collective": which of phases 1-5 run),
 #   BEFORE_LIB (an older libgpuslice.so for phase 5's before rounds; none by default),
-#   NCCL_ROUNDS (default "plain caps compute plain caps"; compute = one round per limit)
+#   NCCL_ROUNDS (default "plain caps compute plain caps"; compute = one round per limit),
+#   COMPUTE_PHASE (1: GPUSLICE_COMPUTE_PHASE=1 in every compute round, the experimental in-phase
+#   holds of issue 21; default 0, the library's default)
 # Writes at most 8 files to RESULTS_DIR (the device tool brings back no more): run.log, env.json,
 #   pytest-junit.xml, gpu_tests.jsonl, inventory.json, nccl.json, summary.md, artifacts.tgz
 #   (collective_caps.json goes into artifacts.tgz and is summarised in summary.md).
@@ -122,7 +124,8 @@ nccl_round() {
     for ((i = 0; i < n; i++)); do
       envs+=(CUDA_DEVICE_MEMORY_LIMIT_$i="${CAP_LIST[i % ${#CAP_LIST[@]}]}")
     done
-    [[ $label == *compute-* ]] && envs+=(CUDA_DEVICE_SM_LIMIT="${label##*compute-}")
+    [[ $label == *compute-* ]] && envs+=(CUDA_DEVICE_SM_LIMIT="${label##*compute-}"
+                                         GPUSLICE_COMPUTE_PHASE="${COMPUTE_PHASE:-0}")
   fi
   echo "--- round $round: $label, $ranks ranks ${envs[*]}"
   run_limited "$(limit 100)" "nccl_bench $label" env "${envs[@]}" \
@@ -180,6 +183,7 @@ if [[ $BUILT == 1 ]]; then
     else
       BEFORE=()
       [[ -n ${BEFORE_LIB:-} ]] && BEFORE=(--before-lib "$BEFORE_LIB" --before-timeout 15)
+      [[ ${COMPUTE_PHASE:-0} == 1 ]] && BEFORE+=(--phase)
       run_limited "$(limit 200)" "collective_caps.py" python3 "$HERE/collective_caps.py" \
         --out "$WORK" --limits "$(IFS=,; echo "${SM_LIMITS[*]}")" "${BEFORE[@]}"
     fi

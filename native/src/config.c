@@ -167,6 +167,12 @@ static void gs_parse_compute(struct gs_config *c, gs_getenv_fn get)
             gs_fail(c, "CUDA_TASK_PRIORITY", v, "unknown priority; use 0 (high) or 1 (low)");
         else c->priority = (int)x;
     }
+    v = get("GPUSLICE_COMPUTE_PHASE");
+    if (v != NULL && *v != '\0') {
+        if (gs_parse_int(v, 0, 1, &x) != 0)
+            gs_fail(c, "GPUSLICE_COMPUTE_PHASE", v, "use 1 (ranks on several GPUs launch in phase) or 0");
+        else c->compute_phase = (int)x;
+    }
 }
 
 int gs_config_parse(struct gs_config *c, gs_getenv_fn get)
@@ -213,6 +219,7 @@ int gs_config_agent_region(struct gs_config *c, const char *path)
  * this list complete. */
 static const char *const gs_known_names[] = {
     "GPUSLICE_COMPUTE_MODE", "GPUSLICE_BOARD_DIR", "GPUSLICE_DEVICE_UUIDS", /* the library */
+    "GPUSLICE_COMPUTE_PHASE",                                             /* the library */
     "GPUSLICE_POD_UID", "GPUSLICE_POD_NAMESPACE", "GPUSLICE_POD_NAME",    /* webhook: identity */
     "GPUSLICE_CONTAINER_NAME", "GPUSLICE_MIG_DEVICES",                     /* node agent (MIG) */
     "GPUSLICE_NODE_", "GPUSLICE_WEBHOOK_", "GPUSLICE_SCHEDULER_",          /* services */
@@ -264,7 +271,8 @@ void gs_config_check_names(struct gs_config *c, char *const *envp)
             gs_check_limit_name(c, name, eq + 1);
         } else if (strncmp(name, "GPUSLICE_", 9) == 0 && !gs_known_name(name)) {
             gs_fail(c, name, eq + 1, "unknown gpuslice variable (a typo?); the library reads "
-                    "GPUSLICE_COMPUTE_MODE, GPUSLICE_BOARD_DIR and GPUSLICE_DEVICE_UUIDS: fix the "
+                    "GPUSLICE_COMPUTE_MODE, GPUSLICE_COMPUTE_PHASE, GPUSLICE_BOARD_DIR and "
+                    "GPUSLICE_DEVICE_UUIDS: fix the "
                     "name or unset it");
         }
     }

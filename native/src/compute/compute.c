@@ -29,6 +29,7 @@ int gs_compute_enabled;
 
 static struct {
     int pct, work_conserving, priority;
+    int phase;                     /* GPUSLICE_COMPUTE_PHASE: launch in phase across devices */
     char board_dir[GS_PATH_MAX];
     pthread_mutex_t mu;            /* creation of meters */
     struct gs_cmeter *meters;      /* every context seen launching, newest first; never freed */
@@ -122,6 +123,7 @@ int gs_compute_init(void)
     gs_c.pct = pct;
     gs_c.work_conserving = mode == GS_COMPUTE_WORK_CONSERVING;
     gs_c.priority = gs_region_priority(cfg->priority); /* the region's wins, as its limit does */
+    gs_c.phase = cfg->compute_phase;
     gs_c.token = gs_compute_random();
     gs_c.boot_id = gs_compute_boot_id();
     gs_c.timens_ns = gs_compute_timens_offset();
@@ -142,9 +144,10 @@ int gs_compute_init(void)
                 ? "the node agent mounts its board at " GS_AGENT_BOARD ": check its Allocate mounts"
                 : "mount a shared directory and set GPUSLICE_BOARD_DIR to it");
     __atomic_store_n(&gs_compute_enabled, 1, __ATOMIC_RELEASE);
-    GS_INFO("compute: limit %d%% of GPU time, %s mode, priority %d, board %s", pct,
+    GS_INFO("compute: limit %d%% of GPU time, %s mode, priority %d, board %s%s", pct,
             gs_c.work_conserving ? "work-conserving" : "hard", gs_c.priority,
-            gs_c.board_dir[0] ? gs_c.board_dir : "(none)");
+            gs_c.board_dir[0] ? gs_c.board_dir : "(none)",
+            gs_c.phase ? ", ranks on several GPUs launch in phase (experimental)" : "");
     return 0;
 }
 
@@ -211,7 +214,7 @@ static struct gs_cmeter *gs_compute_create(CUcontext ctx)
     cm->device = (int)dev;
     pthread_mutex_init(&cm->mu, NULL);
     gs_meter_init(&cm->meter, &gs_timing_ops, &cm->timing, blk, gs_region_compute_proc(), gs_c.pct);
-    for (int e = 0; e < GS_REGION_MAX_DEVICES; e++) { /* the container's devices (phase.h) */
+    for (int e = 0; e < GS_REGION_MAX_DEVICES && gs_c.phase; e++) { /* other devices (phase.h) */
         if (gs_region_compute_device(e) == blk)
             gs_phase_self(&cm->meter.phase, e);
         else

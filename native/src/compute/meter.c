@@ -203,15 +203,20 @@ int64_t gs_meter_debt_ns(struct gs_meter *m, int64_t now)
 int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
 {
     gs_meter_poll(m, now);
-    if (m->n_pending >= GS_METER_PENDING_MAX || m->unknown > 0)
+    if (m->n_pending >= GS_METER_PENDING_MAX || m->unknown > 0) {
+        m->self_drained = 1; /* the GPU drains because we wait: no step boundary of the app */
         return GS_METER_POLL_NS; /* GPU far behind, or cost still unknown: measure first */
+    }
     if (m->borrowing)
         return m->inflight_ns > GS_METER_BORROW_INFLIGHT_NS ? GS_METER_POLL_NS : 0;
     int64_t inflight = gs_meter_owed(m);
     int64_t wait = gs_budget_wait_ns(m->dev, m->pct, now, inflight);
     /* another device of the container is active: holds are taken at step boundaries (every
      * stream drained), where no collective of ours is in flight (phase.h) */
-    int idle = m->phase.n > 0 && m->n_open == 0 && m->n_pending == 0; /* a step boundary */
+    /* a step boundary: every stream drained, and not our first launch (processes that merely
+     * start together are no partners) */
+    int idle = m->phase.n > 0 && m->n_open == 0 && m->n_pending == 0 && m->launched &&
+               !m->self_drained;
     if (idle && m->boundary_since == 0) /* once per boundary: partners are judged here */
         gs_phase_judge(&m->phase, m->dev, now);
     int coupled = m->phase.n > 0 && gs_phase_coupled(&m->phase, m->dev, now);
@@ -305,6 +310,8 @@ void gs_meter_after_key(struct gs_meter *m, uintptr_t stream, enum gs_launch_kin
     atomic_fetch_add_explicit(&m->dev->launches, 1, GS_RELAXED);
     atomic_store_explicit(&m->dev->last_demand_ns, (uint64_t)now, GS_RELAXED);
     m->last_launch_ns = now;
+    m->launched = 1;
+    m->self_drained = 0;
     if (m->proc) {
         atomic_fetch_add_explicit(&m->proc->launches, 1, GS_RELAXED);
         atomic_store_explicit(&m->proc->last_launch_ns, (uint64_t)now, GS_RELAXED);

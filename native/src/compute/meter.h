@@ -116,6 +116,9 @@ struct gs_meter {
     struct gs_clean clean;           /* clean per-launch durations (time-slice correction) */
     struct gs_phase phase;           /* the container's other devices: launch in phase with them */
     int64_t last_launch_ns;          /* this meter's latest launch (phase: step boundaries) */
+    int launched;                    /* 1 once it launched (its first launch is no boundary) */
+    int self_drained;                /* the GPU went idle because we waited to measure it (first
+                                      * cost, queue bound), not at the app's sync: no boundary */
     int64_t boundary_since;          /* at a step boundary, waiting for the peers' since then */
     int catchup;                     /* launches made behind a held peer to reach its count */
     int correctable;                 /* EMA of "the batch's key could be corrected", 0..256 */

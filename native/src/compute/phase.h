@@ -1,4 +1,6 @@
-/* The processes of one container on different GPUs launch in phase (issue 21).
+/* The processes of one container on different GPUs launch in phase (issue 21). Opt-in,
+ * experimental (GPUSLICE_COMPUTE_PHASE=1; compute.c hands over no other device otherwise): the
+ * NCCL targets are not met on GPUs yet, see docs/compute.md.
  * Owns: the per-device `held_until_ns` word of the container's region. A process held back by
  * its device's budget publishes when it will launch again; a process of the same container on
  * another device launches no earlier than the latest such time ("follows"). The ranks of a job

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from harness import Harness, Spawned, read_line
 
-SM = {"CUDA_DEVICE_SM_LIMIT": "50"}
+SM = {"CUDA_DEVICE_SM_LIMIT": "50", "GPUSLICE_COMPUTE_PHASE": "1"}  # phase on: what it must not do
 
 
 def _start(gs: Harness, gpu: str, region: Path, *cmds: object) -> Spawned:
@@ -63,7 +63,9 @@ def _loops(gs: Harness, regions: list[Path]) -> list[float]:
 
 
 def test_processes_in_phase_still_get_only_their_limit(gs: Harness) -> None:
-    """The attack side: following only waits, so nothing gets past the cap."""
+    """The attack side: phase never exempts work from the charge, it only waits. Over a 300 ms
+    loop a process may get its 25 ms bucket plus up to 25 ms of debt carried to the next step
+    boundary (GS_PHASE_OVERDRAFT_NS at 50 %) above its share, never more."""
     env_free = {"CUDA_DEVICE_SM_LIMIT": "0"}
     free = [float(gs.probe("init", "ctx", 0, "launch", blocks, count, devices=2,
                            limit="512MiB", region=gs.tmp / f"free{g}.region",
@@ -72,6 +74,5 @@ def test_processes_in_phase_still_get_only_their_limit(gs: Harness) -> None:
     region = gs.tmp / "phase.region"
     limited = _loops(gs, [region, region])
     shares = [f / lim for f, lim in zip(free, limited, strict=True)]
-    # the 50 ms bucket lets ~25 ms through at full speed (+0.08 on a 300 ms loop)
-    assert all(s <= 0.60 for s in shares), f"free {free} vs in phase {limited}: {shares}"
-    assert all(s >= 0.35 for s in shares), f"in phase cost more than the limit: {shares}"
+    most = 0.5 + (25 + 25) / 300
+    assert all(s <= most for s in shares), f"free {free} vs in phase {limited}: {shares}"
