@@ -52,6 +52,9 @@ CASES = {
         "--set", "rbac.create=false", "--set", "placementPolicy.enabled=false"],
     "Kubernetes 1.28 (no ValidatingAdmissionPolicy)": ["--kube-version", "1.28.4"],
     "DRA": ["--set", "dra.enabled=true"],
+    "MIG nodes beside shared ones, DRA": [
+        "--set", "dra.enabled=true", "--set", "nodeAgent.mig.enabled=true",
+        "--set-json", 'nodeAgent.mig.profiles={"H100": ["1g.10gb", "3g.40gb"]}'],
 }
 
 
@@ -458,3 +461,28 @@ def test_pods_and_nodes_default_to_the_same_gpu_path(path, tmp_path):
     assert hook.dra.default_path == path, "a pod that names no path goes where nodes are"
     bad = run_helm("lint", str(CHART), "--set", "dra.defaultPath=mig")
     assert bad.returncode != 0, "the schema names the two paths"
+
+
+def test_mig_nodes_get_their_own_agent_with_the_mig_config_capability(tmp_path):
+    objs = render("MIG nodes beside shared ones, DRA")
+    shared, mig = find(objs, "DaemonSet", "-node-agent"), find(objs, "DaemonSet", "-node-agent-mig")
+    mig_spec, shared_spec = mig["spec"]["template"]["spec"], shared["spec"]["template"]["spec"]
+    assert mig_spec["nodeSelector"] == {"gpuslice.io/gpu-mode": "mig",
+                                        "nvidia.com/gpu.present": "true"}
+    assert shared_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"
+                                                   ] == {"nodeSelectorTerms": [{
+        "matchExpressions": [{"key": "gpuslice.io/gpu-mode", "operator": "NotIn",
+                              "values": ["mig"]}]}]}, "the shared-slice agent skips MIG nodes"
+    assert mig["spec"]["selector"]["matchLabels"]["gpuslice.io/node-agent-pool"] == "mig"
+    agent = container(objs, "DaemonSet", "-node-agent-mig", "node-agent")
+    assert "SYS_ADMIN" in agent["securityContext"]["capabilities"]["add"]
+    assert {"name": "NVIDIA_MIG_CONFIG_DEVICES", "value": "all"} in agent["env"]
+    plain = container(objs, "DaemonSet", "-node-agent", "node-agent")
+    assert "SYS_ADMIN" not in plain["securityContext"]["capabilities"]["add"]
+    cfg = node_settings.load(config_file(objs, "-node-agent-mig", "node-agent.yaml", tmp_path),
+                             environ={"GPUSLICE_NODE_NODE_NAME": "mig-node-1"})
+    assert cfg.mode == "mig" and not cfg.dra.enabled, "MIG serves the device-plugin path only"
+    assert cfg.mig.profiles == {"H100": ["1g.10gb", "3g.40gb"]}
+    assert mig_spec["volumes"][0]["configMap"]["name"].endswith("-node-agent-mig")
+    assert not [v for v in mig_spec["volumes"] if v["name"].startswith("dra")]
+    assert not [o for o in render("default") if o["metadata"]["name"].endswith("-mig")]
