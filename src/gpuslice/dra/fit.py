@@ -9,7 +9,7 @@ from holding it (memory and cores short, as fractions of the GPU); the nearest o
 its numbers. Memory needs are rounded up to the device's step, as kube-scheduler rounds them.
 Does not: watch anything or post events (webhook/explain.py) or decide placement: this is an
 explanation, computed from a snapshot that kube-scheduler may have seen differently.
-Tests: tests/unit/dra/test_fit.py
+Tests: tests/unit/dra/test_dra_fit.py
 """
 
 from __future__ import annotations
