@@ -8,11 +8,11 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from mig_helpers import legal_layouts
 
 from gpuslice import mig, model
 from gpuslice.codec import decode_assignment, decode_inventory, encode_assignment, encode_inventory
 from gpuslice.errors import CodecError
+from mig_helpers import legal_layouts
 
 H100 = mig.CATALOG["H100-80GB"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from mig_helpers import TABLES, legal_layouts
 
 from gpuslice import mig
+from mig_helpers import TABLES, legal_layouts
 
 
 @given(legal_layouts(), st.data())
