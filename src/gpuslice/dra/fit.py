@@ -23,13 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuslice import model
+from gpuslice.container.limits import FULL_CORES, MiB
 from gpuslice.dra import DRIVER
 from gpuslice.quantity import QuantityError, parse_quantity
 
 __all__ = ["Device", "Use", "devices", "explain", "used"]
-
-MiB = 1 << 20
-FULL_CORES = 100
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from lightkube.resources.resource_v1 import (
     ResourceSlice,
 )
 
+from gpuslice.container.limits import MiB
 from gpuslice.dra import DRIVER
 from gpuslice.errors import GpusliceError
 from gpuslice.kube import errors
@@ -42,7 +43,6 @@ __all__ = ["SliceInventory", "TemplateError", "Templates", "canonical", "foreign
            "inventory_of"]
 
 log = logging.getLogger(__name__)
-MiB = 1 << 20
 
 
 class TemplateError(GpusliceError):
