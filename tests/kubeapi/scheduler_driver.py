@@ -26,6 +26,8 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from gpuslice.aio import wait_set
+
 from . import scheduler_filters as filters
 from .scheduler_extender import ExtenderClient, ExtenderError
 from .scheduler_queue import Pending, SchedulingQueue
@@ -216,7 +218,7 @@ class SchedulerDriver:
     def _on_pod(self, kind: str, pods: list[Obj]) -> None:
         if kind == "SYNC":
             self.pods, self._bound, self._placed, self._used = {}, set(), {}, {}
-        freed = False
+        freed = changed = False
         for pod in pods:
             key = _key(pod)
             old = self.pods.get(key)
@@ -230,6 +232,7 @@ class SchedulerDriver:
                 continue
             self.pods[key] = pod
             if bound:
+                changed = changed or old != pod  # an assigned pod added or updated
                 self._assumed.pop(key, None)
                 self._queue.remove(key)
                 if self._ours(pod):
@@ -244,11 +247,11 @@ class SchedulerDriver:
                 self._wake.set()
         self.stats.bound = len(self._bound)
         self._changed.set()
-        if freed:
-            self._cluster_changed()
+        if freed or changed:
+            self._cluster_changed(may_make_room=freed)
 
-    def _cluster_changed(self) -> None:
-        self._queue.cluster_changed()
+    def _cluster_changed(self, may_make_room: bool = True) -> None:
+        self._queue.cluster_changed(may_make_room)
         self._wake.set()
 
     def _ours(self, pod: Obj) -> bool:
@@ -261,8 +264,7 @@ class SchedulerDriver:
             pending = self._queue.pop_ready()
             if pending is None:
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._queue.next_wait())
+                await wait_set(self._wake, self._queue.next_wait())
                 continue
             pod = self.pods.get(pending.key)
             if pod is None or pod["spec"].get("nodeName") or pod["metadata"].get(
@@ -280,7 +282,8 @@ class SchedulerDriver:
             await self._failed(pod, pending, str(e), unschedulable=False)
             return
         except _Unschedulable as e:
-            await self._failed(pod, pending, e.message, unschedulable=True)
+            await self._failed(pod, pending, e.message, unschedulable=True,
+                               by_extender=e.by_extender)
             return
         self._assumed[pending.key] = node
         self._place(pending.key, node)
@@ -298,6 +301,7 @@ class SchedulerDriver:
         names = self._names
         feasible, reasons, unresolvable = self._own_filters(pod, names)
         interested = self._interested(pod)
+        by_extender = False
         if feasible and interested and self.config.filter_verb:
             assert self._extender is not None
             try:
@@ -307,12 +311,14 @@ class SchedulerDriver:
                 reasons.update(stuck)
                 unresolvable |= set(stuck)
                 passing = set(passed)
+                by_extender = len(passing) < len(feasible)
                 feasible = [n for n in feasible if n in passing]
             except ExtenderError:
                 if not self.config.ignorable:
                     raise
         if not feasible:
-            raise _Unschedulable(filters.failure_message(len(names), reasons, unresolvable))
+            raise _Unschedulable(filters.failure_message(len(names), reasons, unresolvable),
+                                 by_extender)
         if len(feasible) == 1 or not (interested and self.config.prioritize_verb):
             return self._random.choice(feasible) if len(feasible) > 1 else feasible[0]
         assert self._extender is not None
@@ -413,10 +419,10 @@ class SchedulerDriver:
             raise ExtenderError(f"binding {meta['name']}: {e}") from None
 
     async def _failed(self, pod: Obj, pending: Pending, message: str,
-                      unschedulable: bool) -> None:
+                      unschedulable: bool, by_extender: bool = False) -> None:
         self.stats.failed += 1
         self.stats.failures.append((pending.key, message))
-        self._queue.failed(pending, unschedulable)
+        self._queue.failed(pending, unschedulable, by_extender)
         self._wake.set()
         await self._event(pod, "Warning", "FailedScheduling", message)
         await self._mark_unschedulable(pod, message)
@@ -471,9 +477,9 @@ def api_session(kubeconfig: Path, *, limit: int, timeout: float) -> aiohttp.Clie
 
 
 class _Unschedulable(Exception):
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, by_extender: bool) -> None:
         super().__init__(message)
-        self.message = message
+        self.message, self.by_extender = message, by_extender
 
 
 async def _lines(reply: aiohttp.ClientResponse) -> Any:

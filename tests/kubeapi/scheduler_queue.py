@@ -2,6 +2,10 @@
 Owns: order (higher priority first, then earlier creation, then arrival), back-off after a
 failure (initial doubling up to max), the unschedulable set (a pod that did not fit waits for
 a cluster event, or `unschedulable_timeout`), and the "binding" state of a popped pod.
+As kube-scheduler v1.36 (queueing hints on): a pod an extender refused moves back on ANY
+cluster event, an assigned pod's update included (extenders register a wildcard event), and
+an event seen while the pod was being scheduled sends it to back-off, not to the set; a pod
+only the in-tree filters refused waits for an event that may make room.
 Does not: schedule or talk to anything (scheduler_driver.py). Pure bookkeeping; time is
 passed in or read from time.monotonic().
 Tests: tests/integration/kubeapi/test_scheduler_driver_speaks_the_extender_wire.py"""
@@ -28,6 +32,8 @@ class Pending:
     attempts: int = 0
     ready_at: float = 0.0
     flush_at: float = 0.0
+    by_extender: bool = False  # its last failure: an extender refused some node
+    events_seen: int = 0  # the queue's event count when it was popped
 
 
 class SchedulingQueue:
@@ -40,6 +46,7 @@ class SchedulingQueue:
         self._unschedulable: set[str] = set()
         self._heap: list[tuple[int, str, int, str]] = []
         self._seq = itertools.count()
+        self._events = 0  # cluster events so far
 
     def __contains__(self, key: str) -> bool:
         return key in self._pending
@@ -72,6 +79,7 @@ class SchedulingQueue:
                 continue
             found = pending
             found.state = "binding"
+            found.events_seen = self._events
             break
         for entry in deferred:
             heapq.heappush(self._heap, entry)
@@ -83,10 +91,14 @@ class SchedulingQueue:
                  for p in self._pending.values() if p.state != "binding"]
         return max(0.01, min(times) - time.monotonic()) if times else 1.0
 
-    def failed(self, pending: Pending, unschedulable: bool) -> None:
-        """Back off; an unschedulable pod also waits for a cluster event (cluster_changed)."""
+    def failed(self, pending: Pending, unschedulable: bool, by_extender: bool = False) -> None:
+        """Back off; an unschedulable pod also waits for a cluster event (cluster_changed),
+        unless an extender refused it and an event came while it was being scheduled."""
         if self._pending.get(pending.key) is not pending:
             return  # bound or deleted meanwhile
+        pending.by_extender = by_extender
+        if by_extender and pending.events_seen != self._events:
+            unschedulable = False
         now = time.monotonic()
         pending.ready_at = now + min(self.initial_backoff * 2 ** (pending.attempts - 1),
                                      self.max_backoff)
@@ -98,10 +110,12 @@ class SchedulingQueue:
             pending.state = "queued"
             self._push(pending)
 
-    def cluster_changed(self) -> None:
-        """Something that may make room happened: unschedulable pods go back to the queue
-        (they still wait out their back-off)."""
-        self._requeue(set(self._unschedulable))
+    def cluster_changed(self, may_make_room: bool = True) -> None:
+        """A cluster event: unschedulable pods an extender refused go back to the queue, and
+        all of them if it `may_make_room` (they still wait out their back-off)."""
+        self._events += 1
+        self._requeue({k for k in self._unschedulable
+                       if may_make_room or self._pending[k].by_extender})
 
     def _requeue(self, keys: set[str]) -> None:
         for key in keys:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import grpc
 
+from gpuslice.aio import wait_set
 from gpuslice.dra.plugin import DraPlugin
 from gpuslice.dra.proto import dra_pb2_grpc
 from gpuslice.dra.proto import pluginregistration_pb2 as reg
@@ -120,8 +121,7 @@ class DraLink:
     async def run(self) -> None:
         while not self._stopping.is_set():
             await self.step()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.poll_s)
+            await wait_set(self._stopping, self.poll_s)
 
     async def stop(self) -> None:
         """Stop serving and remove our sockets (the kubelet then forgets the plugin)."""

@@ -35,6 +35,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from gpuslice import handoff, model, ops
+from gpuslice.aio import wait_set
 from gpuslice.container import edits, regions
 from gpuslice.dra import claims as dra_claims
 from gpuslice.dra.kubelet import DraLink
@@ -399,8 +400,7 @@ class Agent:
                         if isinstance(exc, kerrors.NotFound) else "")
                 log.warning("publishing the ResourceSlice failed: %s%s; retrying in %.0f s",
                             exc, hint, wait)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._slices_due.wait(), wait)
+            await wait_set(self._slices_due, wait)
 
     async def _dra_sweep(self) -> None:
         assert self.dra is not None
@@ -436,8 +436,7 @@ class Agent:
                 await self._serve_path()
             except Exception:
                 log.exception("following the node's GPU path failed; continuing")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._path_due.wait(), self.cfg.verify_interval_seconds)
+            await wait_set(self._path_due, self.cfg.verify_interval_seconds)
 
     async def _serve_path(self) -> None:
         """Start what the current path needs, stop the other (DRA also serves while claims it
@@ -492,8 +491,7 @@ class Agent:
                 await step()
             except Exception:
                 log.exception("%s failed; continuing", getattr(step, "__name__", step))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), seconds)
+            await wait_set(self._stop, seconds)
 
     async def _gauges(self) -> None:
         self.metrics.queued.set(self.cluster.queued)

@@ -32,6 +32,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpuslice import handoff
+from gpuslice.aio import wait_set
 from gpuslice.kube import errors
 from gpuslice.kube.cache import Change, Informer, newer
 from gpuslice.kube.client import dict_view
@@ -227,8 +228,7 @@ class Cluster:
                 delay = min(delay * 2, MAX_RETRY_S)
             self._wake.clear()
             timeout = delay if self.queued else max(0.0, next_list - time.monotonic())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            await wait_set(self._wake, timeout)
 
     # ---- events (best effort)
     def warn(self, obj: Mapping[str, Any], reason: str, message: str) -> None:

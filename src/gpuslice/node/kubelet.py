@@ -23,6 +23,7 @@ from pathlib import Path
 
 import grpc
 
+from gpuslice.aio import wait_set
 from gpuslice.node.plugin import DevicePlugin
 from gpuslice.node.proto import deviceplugin_pb2 as pb
 from gpuslice.node.proto import deviceplugin_pb2_grpc as pb_grpc
@@ -115,8 +116,7 @@ class KubeletLink:
         self.dir.mkdir(parents=True, exist_ok=True)
         while not self._stopping.is_set():
             await self.step()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.poll_s)
+            await wait_set(self._stopping, self.poll_s)
 
     async def stop(self) -> None:
         self._stopping.set()

@@ -8,7 +8,8 @@ from typing import Any
 
 import aiohttp
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Node, NodeStatus, Pod
+from lightkube.types import PatchType
 
 from gpuslice import codec, handoff, model
 from gpuslice.kube.client import dict_view
@@ -40,6 +41,21 @@ def pod_obj(name: str, mem: int = 4096, cores: int = 10, gpus: int = 1) -> dict[
 async def create(client: AsyncClient, obj: dict[str, Any]) -> dict[str, Any]:
     kind = Node if obj["kind"] == "Node" else Pod
     return dict(await client.create(dict_view(kind)(obj)))  # type: ignore[call-arg]
+
+
+async def ready_node(client: AsyncClient, name: str, allocatable: dict[str, str],
+                     gpus: int = 2, mem: int = 16384) -> None:
+    """A GPU node the real kube-scheduler will use: Ready, allocatable set, and the not-ready
+    taint (kube-apiserver adds it to every new Node) lifted by kube-controller-manager."""
+    await create(client, node_obj(name, gpus=gpus, mem=mem))
+    await client.patch(NodeStatus, name, {"status": {
+        "allocatable": allocatable, "capacity": allocatable,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "no kubelet: a test node"}]}}, patch_type=PatchType.MERGE)
+
+    async def schedulable() -> bool:
+        return not (await client.get(dict_view(Node), name))["spec"].get("taints")
+    await wait_for(schedulable, "the node lifecycle controller to lift not-ready", timeout=30)
 
 
 def config(**overrides: Any) -> SchedulerConfig:

@@ -26,9 +26,8 @@ import aiohttp
 import pytest
 import yaml
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Node, NodeStatus, Pod
-from lightkube.types import PatchType
-from sched_helpers import create, node_obj, pod_obj, wait_for
+from lightkube.resources.core_v1 import Pod
+from sched_helpers import create, pod_obj, ready_node, wait_for
 
 from gpuslice import codec, handoff
 from gpuslice.kube import errors
@@ -128,16 +127,7 @@ async def test_the_extender_leads_exactly_while_the_real_kube_scheduler_holds_it
                   config["leaderElection"]["resourceNamespace"])
     host = socket.gethostname()
 
-    await create(admin, node_obj("gpu-1", gpus=2, mem=16384))
-    await admin.patch(NodeStatus, "gpu-1", {"status": {
-        "allocatable": ALLOCATABLE, "capacity": ALLOCATABLE,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                        "message": "no kubelet: a test node"}]}}, patch_type=PatchType.MERGE)
-
-    async def schedulable() -> bool:  # kube-controller-manager lifts the not-ready taint
-        node = await admin.get(dict_view(Node), "gpu-1")
-        return not node["spec"].get("taints")
-    await wait_for(schedulable, "the node lifecycle controller to lift not-ready", timeout=30)
+    await ready_node(admin, "gpu-1", ALLOCATABLE, gpus=2)
 
     async def lease() -> dict[str, Any]:
         with contextlib.suppress(errors.APIError), errors.translate("get lease"):
