@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 from gpuslice import handoff
+from gpuslice.aio import wait_set
 from gpuslice.node.proto import deviceplugin_pb2 as pb
 from gpuslice.node.proto import deviceplugin_pb2_grpc as pb_grpc
 from gpuslice.node.proto import podresources_pb2 as pr
@@ -134,8 +135,7 @@ class Kubelet(pb_grpc.RegistrationServicer, pr_grpc.PodResourcesListerServicer):
                     return ep.devices
                 if ep is not None:
                     ep.changed.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(ep.changed.wait(), 0.05)
+                    await wait_set(ep.changed, 0.05)
                 else:
                     await asyncio.sleep(0.05)
         return await asyncio.wait_for(ready(), timeout)
