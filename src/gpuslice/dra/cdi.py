@@ -6,7 +6,7 @@ Owns: one spec per claim, `<cdiDir>/gpuslice.io-claim_<claim-uid>.json` (CDI 0.5
 whose containerEdits are the device plugin's env and mounts (container/edits.container_edits:
 library, ld.so.preload, the claim's region directory, the board, the limits as env) plus the
 device nodes of its GPUs and of the driver; writing it atomically (temporary file renamed into
-place: checkpoint.write_atomic, not durable: rebuilt at the next prepare) and removing it.
+place: files.write_atomic, not durable: rebuilt at the next prepare) and removing it.
 Does not: decide limits (claims.py) or write regions (container/regions.py).
 Invariant: a reader (the runtime) sees the old spec, the new one or none, never half of one.
 Tests: tests/unit/dra/test_cdi.py
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuslice.container.edits import Layout, container_edits
-from gpuslice.dra.checkpoint import write_atomic
+from gpuslice.files import write_atomic
 from gpuslice.shim import RegionSpec
 
 __all__ = ["CDI_VERSION", "KIND", "build", "check_uid", "device_id", "path", "remove", "write"]

@@ -1,5 +1,5 @@
 """The DRA plugin's memory across restarts: `<state-dir>/dra/prepared.json`, the claims this node
-prepared (their shares, pods and when), and the atomic file write it and cdi.py use.
+prepared (their shares, pods and when).
 
 Owns: loading, adding and dropping entries; every change rewrites the whole file atomically
 and durably (temporary file, fsync, rename, fsync of the folder), so a kill or a power loss at
@@ -13,18 +13,17 @@ Tests: tests/unit/dra/test_plugin_prepare.py
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
-import uuid as uuidlib
 from pathlib import Path
 
 import msgspec
 
 from gpuslice.container.limits import ClaimShares
+from gpuslice.files import write_atomic
 
-__all__ = ["Checkpoint", "Entry", "write_atomic"]
+__all__ = ["Checkpoint", "Entry"]
 
 log = logging.getLogger(__name__)
 VERSION = 1
@@ -38,33 +37,6 @@ class Entry(msgspec.Struct, frozen=True):
 class _File(msgspec.Struct):
     version: int
     claims: dict[str, Entry]  # by claim uid
-
-
-def write_atomic(target: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
-    """Replace `target` with `data`: readers and a killed process see the old or the new file.
-    `durable` also survives a power loss (fsync of the file, then of the folder); without it
-    a crash of the machine may lose the write, for files that are rebuilt anyway."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{uuidlib.uuid4().hex}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        try:
-            os.write(fd, data)
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if durable:
-        fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class Checkpoint:

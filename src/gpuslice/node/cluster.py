@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +32,7 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from gpuslice import handoff
 from gpuslice.aio import wait_set
+from gpuslice.files import write_atomic
 from gpuslice.kube import errors
 from gpuslice.kube.cache import Change, Informer, newer
 from gpuslice.kube.client import dict_view
@@ -160,9 +160,10 @@ class Cluster:
     def _save(self) -> None:
         if self._journal is None:
             return
-        tmp = self._journal.with_name(self._journal.name + ".tmp")
-        tmp.write_text(json.dumps({u: list(v) for u, v in self._answered.items()}))
-        os.replace(tmp, self._journal)
+        # not durable: written at every answer, and a machine that lost power restarts its
+        # pods (the kubelet allocates them again)
+        write_atomic(self._journal, json.dumps({u: list(v) for u, v in self._answered.items()})
+                     .encode(), 0o600, durable=False)
 
     def set_node_annotation(self, key: str, value: str) -> None:
         self._node_annotations[key] = value

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -32,6 +31,7 @@ import msgspec
 
 from gpuslice import mig, model
 from gpuslice.errors import EnvironmentProblem
+from gpuslice.files import write_atomic
 from gpuslice.node.allocate import AllocateError, Answer
 from gpuslice.node.nvml import DeviceInfo, MigBackend, MigBusy, MigDevice, MigError
 from gpuslice.node.settings import MigConfig
@@ -105,9 +105,7 @@ class MigManager:
         return data if isinstance(data, dict) else {}
 
     def _write(self, journal: Mapping[str, Mapping[str, str]]) -> None:
-        tmp = self._journal_path.with_name(JOURNAL + ".tmp")
-        tmp.write_text(json.dumps(journal, sort_keys=True))
-        os.replace(tmp, self._journal_path)
+        write_atomic(self._journal_path, json.dumps(journal, sort_keys=True).encode(), 0o600)
 
     # -- the inventory's view
     def decorate(self, gpus: tuple[model.GPU, ...]) -> tuple[model.GPU, ...]:

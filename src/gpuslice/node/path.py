@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import msgspec
 
 from gpuslice import handoff, model
+from gpuslice.files import write_atomic
 from gpuslice.node import verify
 from gpuslice.node.allocate import Answer
 from gpuslice.node.plugin import Source
@@ -119,9 +119,7 @@ class GpuPath:
         return None
 
     def _save(self) -> None:
-        tmp = self.journal.with_name(self.journal.name + ".tmp")
-        tmp.write_text(self.current + "\n")
-        os.replace(tmp, self.journal)
+        write_atomic(self.journal, f"{self.current}\n".encode(), 0o600)
 
     def on_node(self, node: Mapping[str, Any] | None) -> None:
         """The agent's Node as the API server has it (None: deleted)."""

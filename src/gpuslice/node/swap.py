@@ -2,7 +2,7 @@
 
 Owns: the swap journal `<state-dir>/swaps.json` and `Swapper`: `start(a, b)` writes the intent
 (each pod's uid, name, assignment before and after, and the inode of its region directory)
-to the journal (atomically, os.replace) before any write, then `finish()` does the writes.
+to the journal (files.write_atomic: durably) before any write, then `finish()` does the writes.
 `finish()` runs every verify round and so at agent start (the journal is read back), and
 completes every unfinished swap: each pod's annotation is set to its target with
 kube.patch.update_metadata (fresh read, resourceVersion guard, retried on 409: a concurrent
@@ -32,6 +32,7 @@ from lightkube.resources.core_v1 import Pod
 
 from gpuslice import codec
 from gpuslice.container import regions
+from gpuslice.files import write_atomic
 from gpuslice.kube import errors
 from gpuslice.kube.patch import update_metadata
 
@@ -73,9 +74,7 @@ class Swapper:
             return []
 
     def _save(self) -> None:
-        tmp = self.journal.with_name(self.journal.name + ".tmp")
-        tmp.write_text(json.dumps(self.entries))
-        os.replace(tmp, self.journal)
+        write_atomic(self.journal, json.dumps(self.entries).encode(), 0o600)
 
     def pending(self) -> set[str]:
         """uids of pods whose swap is journalled but not finished."""
