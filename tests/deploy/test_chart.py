@@ -35,6 +35,7 @@ CLUSTER = ["--kube-version", KUBE_VERSION,
            "--api-versions", "resource.k8s.io/v1/DeviceClass"]
 CRD_KINDS = {"Certificate", "Issuer", "ServiceMonitor"}  # not in the core schema
 PLACEMENT = "-placement-annotations"  # the ValidatingAdmissionPolicy that guards placement
+BINDING = "-binding-annotations"  # ... and the one that keeps forged ones out of Bindings
 AGENT_SCOPE = "-node-agent-scope"  # ... and the one that holds each node agent to its node
 
 CASES = {
@@ -441,9 +442,10 @@ def test_docs_show_the_policy_and_match_conditions_the_chart_renders():
     documented = [o for block in re.findall(r"```yaml\n(.*?)```", doc, re.S)
                   for o in yaml.safe_load_all(block) if o]
     for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
-        want = find(chart, kind, PLACEMENT)
-        got = find(documented, kind, PLACEMENT)
-        assert squeeze(got) == squeeze(want), f"docs/webhook.md's {kind} is not the chart's"
+        for suffix in (PLACEMENT, BINDING):
+            want, got = find(chart, kind, suffix), find(documented, kind, suffix)
+            assert squeeze(got) == squeeze(want), f"docs/webhook.md's {kind} *{suffix} is not " \
+                "the chart's"
     (want,) = find(chart, "MutatingWebhookConfiguration")["webhooks"]
     (got,) = next(o for o in documented if o["kind"] == "MutatingWebhookConfiguration")[
         "webhooks"]

@@ -425,8 +425,10 @@ class Spawned:
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         self._err: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-        threading.Thread(target=self._pump_err, daemon=True).start()
+        self._pumps = [threading.Thread(target=f, daemon=True) for f in (self._pump,
+                                                                          self._pump_err)]
+        for t in self._pumps:
+            t.start()
 
     def _pump(self) -> None:
         assert self.popen.stdout is not None
@@ -441,6 +443,9 @@ class Spawned:
 
     @property
     def stderr(self) -> str:
+        """What the child wrote to stderr; all of it once it has exited (the pump drained)."""
+        if self.popen.poll() is not None:
+            self._pumps[1].join(timeout=10)
         return "".join(self._err)
 
     def kill(self) -> None:

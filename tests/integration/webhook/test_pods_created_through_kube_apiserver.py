@@ -177,6 +177,16 @@ async def test_the_documented_policy_keeps_placement_annotations_to_gpuslice(kub
                 if exc.status.code == 404:  # the pod was never made: nothing to probe with
                     break
                 await asyncio.sleep(0.1)
+        for _ in range(100):  # ... and the Binding policy the block also holds
+            async with kube_api.http() as http:
+                reply = await http.post(
+                    "/api/v1/namespaces/default/pods/plain/binding", params={"dryRun": "All"},
+                    json={"apiVersion": "v1", "kind": "Binding", "metadata": {
+                        "name": "plain", "annotations": {"gpuslice.io/assignment": "x"}},
+                        "target": {"kind": "Node", "name": "n"}})
+            if reply.status_code not in (403, 422):
+                break
+            await asyncio.sleep(0.1)
         await client.close()
 
 

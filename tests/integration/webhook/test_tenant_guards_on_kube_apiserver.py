@@ -15,11 +15,12 @@ void/none), 6 (a pod without a GPU is created while the webhook is down)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,8 +108,11 @@ class Api:
         assert code == 201, reply
 
 
+REFUSED = (403, 422)  # what kube-apiserver answers for a request admission denies
+
+
 def refused(code: int, reply: Any, *words: str) -> str:
-    assert code in (403, 422), (code, reply)
+    assert code in REFUSED, (code, reply)
     message = reply["message"]
     for word in words:
         assert word in message, message
@@ -126,25 +130,25 @@ async def api(kube_api) -> Api:
     return Api(kube_api)
 
 
-@pytest.fixture
-async def guarded(kube_api, api) -> AsyncIterator[Api]:
-    """The chart's ValidatingAdmissionPolicy and its binding, in force; removed afterwards
-    (the test tier's reset does not delete policies, and this one binds the admin too)."""
+@contextlib.asynccontextmanager
+async def enforced(api: Api, name: str, probe: Callable[[], Awaitable[int]]
+                   ) -> AsyncIterator[Api]:
+    """The chart's ValidatingAdmissionPolicy `name` and its binding, in force once `probe()`
+    (an attack, dry run: its status code) is refused; removed afterwards, until the probe is
+    not refused (the test tier's reset does not delete policies, and these bind the admin too)."""
     objs = rendered()
-    policy = one(objs, "ValidatingAdmissionPolicy", "t-gpuslice-placement-annotations")
-    binding = one(objs, "ValidatingAdmissionPolicyBinding", "t-gpuslice-placement-annotations")
+    policy = one(objs, "ValidatingAdmissionPolicy", name)
+    binding = one(objs, "ValidatingAdmissionPolicyBinding", name)
     base = "/apis/admissionregistration.k8s.io/v1"
     await api.admin_create(f"{base}/validatingadmissionpolicies", policy)
     await api.admin_create(f"{base}/validatingadmissionpolicybindings", binding)
     try:
         status: dict[str, Any] = {}
         for _ in range(300):  # kube-apiserver type-checks the policy, then enforces it
-            _, got = await api.call(
-                "GET", f"{base}/validatingadmissionpolicies/{policy['metadata']['name']}")
+            _, got = await api.call("GET", f"{base}/validatingadmissionpolicies/{name}")
             status = got.get("status") or {}
-            probe = pod("probe", annotations={"gpuslice.io/assignment": FORGED})
-            code, _ = await api.create(probe, dryRun="All")
-            if status.get("observedGeneration") == got["metadata"]["generation"] and code != 201:
+            if status.get("observedGeneration") == got["metadata"]["generation"] \
+                    and await probe() in REFUSED:
                 break
             await asyncio.sleep(0.1)
         else:
@@ -156,6 +160,21 @@ async def guarded(kube_api, api) -> AsyncIterator[Api]:
         for kind, obj in (("validatingadmissionpolicybindings", binding),
                           ("validatingadmissionpolicies", policy)):
             await api.call("DELETE", f"{base}/{kind}/{obj['metadata']['name']}")
+        for _ in range(300):  # kube-apiserver stops enforcing it a moment after the delete
+            if await probe() not in REFUSED:
+                break
+            await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+async def guarded(kube_api, api) -> AsyncIterator[Api]:
+    """placement-policy.yaml's pod policy in force."""
+    async def probe() -> int:
+        code, _ = await api.create(pod("probe", annotations={"gpuslice.io/assignment": FORGED}),
+                                   dryRun="All")
+        return code
+    async with enforced(api, "t-gpuslice-placement-annotations", probe) as guarded_api:
+        yield guarded_api
 
 
 async def exists(api: Api, name: str, namespace: str = "default") -> bool:
@@ -382,3 +401,67 @@ async def test_the_control_without_match_conditions_every_pod_waits(kube_api, ap
         webhook_unreachable(code, reply)
     finally:
         await api.call("DELETE", f"{path}/{config['metadata']['name']}")
+
+
+# --- a Binding's annotations: merged into the pod by kube-apiserver --------------------------
+
+async def bind(api: Api, name: str, annotations: dict[str, str] | None, *, user: str | None,
+               **params: str) -> tuple[int, Any]:
+    body = {"apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "target": {"kind": "Node", "name": "gpu-node-1"}}
+    if annotations is None:
+        del body["metadata"]["annotations"]
+    return await api.call("POST", f"/api/v1/namespaces/default/pods/{name}/binding", body,
+                          user=user, **params)
+
+
+@pytest.fixture
+async def bindings_guarded(kube_api, api) -> AsyncIterator[Api]:
+    """placement-policy.yaml's Binding policy in force."""
+    code, reply = await api.create(pod("target", limits={"nvidia.com/gpu": "1"},
+                                       labels={"gpuslice.io/managed": "true"}), user=None)
+    assert code == 201, reply
+
+    async def probe() -> int:
+        code, _ = await bind(api, "target", {"gpuslice.io/assignment": FORGED}, user="alice",
+                             dryRun="All")
+        return code
+    async with enforced(api, "t-gpuslice-binding-annotations", probe) as guarded_api:
+        yield guarded_api
+
+
+async def test_a_binding_cannot_write_a_forged_assignment_into_a_gpu_pod(bindings_guarded):
+    """Whoever may create pods/binding (another scheduler, a role given too widely) is no
+    placer: the pod UPDATE policy never sees a Binding, this one does."""
+    api = bindings_guarded
+    for user in ("alice", "system:kube-scheduler"):
+        refused(*await bind(api, "target", {"gpuslice.io/assignment": FORGED,
+                                            "gpuslice.io/bound-at": "2026-11-27T00:00:00Z"},
+                            user=user), "only by gpuslice's scheduler")
+    _, got = await api.call("GET", "/api/v1/namespaces/default/pods/target")
+    assert not got["spec"].get("nodeName")
+    assert "gpuslice.io/assignment" not in (got["metadata"].get("annotations") or {})
+
+
+@pytest.mark.parametrize(("user", "annotations"), [
+    ("system:kube-scheduler", None),  # any scheduler's plain Binding
+    ("alice", {"example.com/note": "x"}),  # annotations of other owners pass
+    (EXTENDER, {"gpuslice.io/assignment": FORGED}),  # how gpuslice binds
+])
+async def test_other_bindings_pass(bindings_guarded, user, annotations):
+    code, reply = await bind(bindings_guarded, "target", annotations, user=user)
+    assert code == 201, reply
+
+
+
+async def test_the_control_without_the_policy_a_binding_forges_the_assignment(api):
+    """Why the policy exists: kube-apiserver merges a Binding's annotations into the pod."""
+    code, reply = await api.create(pod("victim", limits={"nvidia.com/gpu": "1"},
+                                       labels={"gpuslice.io/managed": "true"}), user=None)
+    assert code == 201, reply
+    code, reply = await bind(api, "victim", {"gpuslice.io/assignment": FORGED}, user="alice")
+    assert code == 201, reply
+    _, got = await api.call("GET", "/api/v1/namespaces/default/pods/victim")
+    assert got["metadata"]["annotations"]["gpuslice.io/assignment"] == FORGED
+    assert got["spec"]["nodeName"] == "gpu-node-1"
