@@ -191,8 +191,7 @@ class Process:
 
     def start(self) -> Process:
         with self.log.open("wb") as out:
-            self.popen = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT,
-                                          preexec_fn=_die_with_parent)
+            self.popen = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT)
         return self
 
     def failure(self, why: str) -> EnvtestError:
@@ -203,17 +202,6 @@ class Process:
     def stop(self) -> None:
         if self.popen:
             end_process(self.popen)
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM it when the test process dies, even by SIGKILL (a
-    timeout), so no kube-apiserver outlives its etcd and the run (Linux prctl
-    PR_SET_PDEATHSIG; the parent is the thread that started it: start from the main one)."""
-    import ctypes
-    import signal
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def end_process(popen: subprocess.Popen[bytes]) -> None:
