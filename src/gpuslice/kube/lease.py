@@ -119,8 +119,9 @@ class LeaderElector:
             left = self.renew_deadline_s - (self.clock() - self._renewed_at)
             renewed = False
             if left > 0:
-                try:
-                    renewed = await asyncio.wait_for(self._try_acquire_or_renew(), left)
+                try:  # asyncio.timeout, not wait_for: a stop's cancel is never dropped (aio.py)
+                    async with asyncio.timeout(left):
+                        renewed = await self._try_acquire_or_renew()
                 except TimeoutError:
                     log.warning("renewing lease %s/%s took longer than the renew deadline",
                                 self.namespace, self.name)

@@ -21,7 +21,6 @@ tests/integration/dra/test_plugin_with_kubelet.py, tests/integration/node/test_g
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import time
@@ -421,9 +420,8 @@ class Agent:
 
     async def _follow_path(self) -> None:
         """Serve the node's path; switch when its label asks and nothing holds the old one."""
-        with contextlib.suppress(TimeoutError):  # the label first; if the API is away: journal
-            await asyncio.wait_for(self.node_watch.synced.wait(), NODE_WAIT_S)
-        if self.node_watch.synced.is_set():
+        # the label first; if the API is away: the journal
+        if await wait_set(self.node_watch.synced, NODE_WAIT_S):
             self.path.on_node(next(iter(self.node_watch.store.values()), None))
         while not self._stop.is_set():
             self._path_due.clear()
