@@ -1047,6 +1047,7 @@ def devices_vs_assignments(pods: list[dict[str, Any]], checkpoint: list[dict[str
     its assigned GPUs, whose Allocate answer names other GPUs, or (with `regions`, the agent's
     <stateDir>/regions) whose region holds other GPUs or limits; a device given twice."""
     from gpuslice import codec
+    from gpuslice.errors import ShimError
     from gpuslice.shim import Region
 
     entries = {(e["pod_uid"], e["container"]): e for e in checkpoint}
@@ -1068,7 +1069,7 @@ def devices_vs_assignments(pods: list[dict[str, Any]], checkpoint: list[dict[str
                 try:
                     r = Region.read(regions / p["metadata"]["uid"] / c.container / "region")
                     held = [(d.uuid, d.limit >> 20) for d in r.devices if d.uuid]
-                except OSError as exc:
+                except (OSError, ShimError) as exc:  # e.g. mid-swap: the caller looks again
                     held = [("unreadable", str(exc))]  # type: ignore[list-item]
                 if held != [(s.uuid, s.memory_mib) for s in c.slices]:
                     wrong.append(f"{where}: region holds {held}")

@@ -21,6 +21,8 @@ Tests: tests/unit/node/test_regions.py, tests/integration/node/test_exporter_rea
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import os
 import shutil
 import stat
@@ -146,11 +148,15 @@ def remove(root: str | Path, pod_uid: str) -> None:
 def swap(root: str | Path, a_uid: str, b_uid: str) -> None:
     """Exchange two pods' region directories (after their assignments were swapped). Bind
     mounts follow the directory, so each container keeps its own region under its new owner.
-    A pod without a directory yet (no Allocate answered) simply takes the other's."""
+    A pod without a directory yet (no Allocate answered) simply takes the other's. Where the
+    kernel can (renameat2 RENAME_EXCHANGE), both names swap at once, so a reader (exporter,
+    watchdog, a check) never finds either missing."""
     r = Path(root)
     a, b = r / a_uid, r / b_uid
     if a.is_dir() and b.is_dir():
-        tmp = r / f".swap-{uuidlib.uuid4().hex}"
+        if _exchange(a, b):
+            return
+        tmp = r / f".swap-{uuidlib.uuid4().hex}"  # a moment with no `a`: readers retry
         os.rename(a, tmp)
         os.rename(b, a)
         os.rename(tmp, b)
@@ -158,3 +164,22 @@ def swap(root: str | Path, a_uid: str, b_uid: str) -> None:
         os.rename(a, b)
     elif b.is_dir():
         os.rename(b, a)
+
+
+_RENAME_EXCHANGE, _AT_FDCWD = 2, -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux >= 3.15, glibc >= 2.28); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):  # no such call, or not on this fs
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+

@@ -121,3 +121,21 @@ def test_remove_never_follows_a_tenants_symlink(tmp_path):
     assert not (tmp_path / "uid-a").exists() and (victim / "keep").exists()
     with pytest.raises(ValueError):
         regions.remove(tmp_path, "..")
+
+
+def test_two_directories_swap_in_one_step_where_the_kernel_can(tmp_path, monkeypatch):
+    """renameat2(RENAME_EXCHANGE): never a moment where one pod has no region directory."""
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    if not regions._exchange(tmp_path / "x", tmp_path / "y"):
+        pytest.skip("this kernel or filesystem cannot exchange two names in one step")
+    for uid in ("a", "b"):
+        regions.place(regions.prepare(tmp_path, uid, "main") / "region",
+                      RegionSpec((GPU_A if uid == "a" else GPU_B,), (1 << 30,)))
+
+    def no_three_step_rename(*args: object) -> None:
+        raise AssertionError("swapped through a temporary name")
+    monkeypatch.setattr(regions.os, "rename", no_three_step_rename)
+    regions.swap(tmp_path, "a", "b")
+    assert list(Region.read(tmp_path / "a" / "main" / "region").by_uuid()) == [GPU_B]
+    assert list(Region.read(tmp_path / "b" / "main" / "region").by_uuid()) == [GPU_A]
