@@ -31,6 +31,7 @@ import uuid as uuidlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuslice import files
 from gpuslice.container.edits import REGION_FILE
 from gpuslice.errors import ShimError
 from gpuslice.shim import SLOTS_OFFSET, Region, RegionSpec
@@ -93,21 +94,12 @@ def place(path: Path, spec: RegionSpec) -> str:
     except (OSError, ShimError):
         pass  # missing, unreadable or foreign: write ours
     data = spec.encode(created_unix_s=int(time.time()))
-    tmp = path.with_name(f".{path.name}.agent-{uuidlib.uuid4().hex}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        try:  # no fsync: a region a crash leaves half-written matches nothing and is replaced
-            os.ftruncate(fd, len(data))  # the slots stay a hole of zeros, as the library has them
-            os.pwrite(fd, data[8:SLOTS_OFFSET], 8)
-            os.pwrite(fd, data[:8], 0)  # the magic last, as the library writes it
-            os.fchmod(fd, 0o666)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    # not durable: a region a crash leaves half-written matches nothing and is replaced
+    with files.replacing(path, 0o600, durable=False) as fd:
+        os.ftruncate(fd, len(data))  # the slots stay a hole of zeros, as the library has them
+        os.pwrite(fd, data[8:SLOTS_OFFSET], 8)
+        os.pwrite(fd, data[:8], 0)  # the magic last, as the library writes it
+        os.fchmod(fd, 0o666)
     return "replaced" if existed else "created"
 
 
