@@ -8,10 +8,12 @@ them), `gpuslice webhook` (HTTPS, registered with a MutatingWebhookConfiguration
 scheduler` (Lease leader election), the scheduler (tests/kubeapi's driver, which plays
 kube-scheduler with its real bodies one pod at a time, or the real kube-scheduler when
 KUBEBUILDER_ASSETS has one, configured from deploy/scheduler/kube-scheduler-config.yaml), a
-node-agent emulator (this script, `--role agent`: it marks gpuslice.io/allocated on each bound
-pod after --allocate-ms, as the node agent does; without it the in-flight rule would hold back
-pods the agent cannot tell apart), and this process, which creates the pods (--concurrency in
-flight, plain aiohttp: the harness's kubectl).
+node emulator (this script, `--role agent`) for the 100 nodes' kubelets and node agents: after
+--allocate-ms it writes each bound pod's first kubelet status, as every node does for every pod
+it admits (both modes; the node agent then writes nothing, and the extender's in-flight rule
+ends at that status), or with --no-kubelet-status the agent's gpuslice.io/allocated mark
+instead, and this process, which creates the pods (--concurrency in flight, plain aiohttp: the
+harness's kubectl).
 --restart SIGKILLs the extender when half the pods are bound and starts a new one.
 Prints one JSON object: pods_per_s (bound / seconds from the first create to the last bind
 the agent saw), bound, overcommitted_gpus (recomputed from the API's pods and nodes), CPU per
@@ -193,11 +195,16 @@ async def wait_http(url: str, what: str, timeout: float = 60.0, **kw: Any) -> No
 
 
 class AgentEmulator:
-    """Marks gpuslice.io/allocated on each bound pod after `delay_s`, as the node agent does
-    after the kubelet's Allocate calls; records when it saw each pod bound."""
+    """The GPU nodes' side of each bound pod, after `delay_s` (the kubelet's admission and the
+    node agent's Allocate answers): with `kubelet`, the kubelet's first status write (container
+    statuses, Waiting/ContainerCreating), which every node makes for every pod it admits, in
+    both modes; without it, gpuslice's `gpuslice.io/allocated` mark instead, which the node
+    agent writes only where the kubelet's status has not landed by `allocatedMarkAfterSeconds`
+    (docs/node-agent.md). Records when it saw each pod bound."""
 
-    def __init__(self, client: AsyncClient, delay_s: float, plain: bool = False) -> None:
-        self.client, self.delay_s = client, delay_s
+    def __init__(self, client: AsyncClient, api: aiohttp.ClientSession, delay_s: float,
+                 plain: bool = False, kubelet: bool = True) -> None:
+        self.client, self.api, self.delay_s, self.kubelet = client, api, delay_s, kubelet
         self.bound: dict[str, float] = {}  # pod key -> when this watch saw it bound
         self.changed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -211,18 +218,49 @@ class AgentEmulator:
             return
         self.bound[c.key] = time.monotonic()
         self.changed.set()
-        if codec.ASSIGNMENT_ANNOTATION in pod["metadata"]["annotations"]:
-            task = asyncio.get_running_loop().create_task(self._allocate(pod))
+        if self.kubelet or codec.ASSIGNMENT_ANNOTATION in pod["metadata"]["annotations"]:
+            task = asyncio.get_running_loop().create_task(self._admit(pod))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _allocate(self, pod: dict[str, Any]) -> None:
+    async def _admit(self, pod: dict[str, Any]) -> None:
         await asyncio.sleep(self.delay_s)
-        names = ",".join(r.container for r in handoff.device_requests(pod))
         meta = pod["metadata"]
         with contextlib.suppress(Exception):
-            await patch_metadata(self.client, Pod, meta["name"], namespace=meta["namespace"],
-                                 annotations={handoff.ALLOCATED: names})
+            if self.kubelet:
+                await self._status(pod)
+            else:
+                names = ",".join(r.container for r in handoff.device_requests(pod))
+                await patch_metadata(self.client, Pod, meta["name"], namespace=meta["namespace"],
+                                     annotations={handoff.ALLOCATED: names})
+
+    async def _status(self, pod: dict[str, Any]) -> None:
+        """The kubelet's first pods/status patch after admission (a strategic merge patch, as
+        the kubelet's status manager sends it; the fields of v1.36's first write)."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        meta = pod["metadata"]
+        conditions = [{"type": t, "status": v, "lastProbeTime": None, "lastTransitionTime": now,
+                       **({"reason": "ContainersNotReady",
+                           "message": "containers with unready status: [main]"}
+                          if t in ("Ready", "ContainersReady") else {})}
+                      for t, v in (("PodReadyToStartContainers", "False"),
+                                   ("Initialized", "True"), ("Ready", "False"),
+                                   ("ContainersReady", "False"))]
+        body = {"metadata": {"uid": meta["uid"]}, "status": {
+            "$setElementOrder/conditions": [{"type": c["type"]} for c in conditions]
+            + [{"type": "PodScheduled"}],
+            "conditions": conditions, "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}],
+            "startTime": now, "qosClass": "BestEffort",
+            "containerStatuses": [{"name": c["name"], "image": "registry.invalid/never-pulled",
+                                   "imageID": "",
+                                   "ready": False, "restartCount": 0, "started": False,
+                                   "lastState": {}, "volumeMounts": [],
+                                   "state": {"waiting": {"reason": "ContainerCreating"}}}
+                                  for c in pod["spec"]["containers"]]}}
+        url = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status"
+        async with self.api.patch(url, data=json.dumps(body), headers={
+                "Content-Type": "application/strategic-merge-patch+json"}) as r:
+            await r.read()
 
     async def wait_bound(self, count: int, timeout: float) -> int:
         deadline = time.monotonic() + timeout
@@ -333,9 +371,11 @@ async def driver_role(a: argparse.Namespace) -> None:
 
 
 async def agent_role(a: argparse.Namespace) -> None:
-    """The node-agent emulator: reports when half and then all --pods are bound."""
+    """The node emulator (kubelets, node agents): reports when half, then all --pods are bound."""
     client = make_client(a.kubeconfig)  # as the node agent's
-    agent = AgentEmulator(client, a.allocate_ms / 1000, plain=a.plain)
+    api = api_session(Path(a.kubeconfig), limit=32, timeout=60)  # as the kubelets'
+    agent = AgentEmulator(client, api, a.allocate_ms / 1000, plain=a.plain,
+                          kubelet=not a.no_kubelet_status)
     task = asyncio.create_task(agent.informer.run())
     await agent.informer.synced.wait()
     say({"ready": True, "cpu_s": time.process_time()})
@@ -347,6 +387,7 @@ async def agent_role(a: argparse.Namespace) -> None:
     agent.informer.stop()
     await task
     await client.close()
+    await api.close()
     say({"cpu_s": time.process_time()})
 
 
@@ -454,10 +495,11 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             extender = "gpuslice scheduler (own process, Lease leader election)"
         common = ("--kubeconfig", str(kubeconfig), "--pods", str(a.pods),
                   "--timeout", str(a.timeout), "--seed", str(a.seed),
-                  *(("--plain",) if a.plain else ()))
+                  *(("--plain",) if a.plain else ()),
+                  *(("--no-kubelet-status",) if a.no_kubelet_status else ()))
         agent = Child("agent", *common, "--allocate-ms", str(a.allocate_ms))
         children.append(agent)
-        started = {"node-agent emulator": (await agent.start())["cpu_s"]}
+        started = {"node emulator": (await agent.start())["cpu_s"]}
         driver = None
         if plane is not None and plane.assets.kube_scheduler is not None:
             plane.start_scheduler(kube_scheduler_config(ext_url, a.scheduler_qps))
@@ -519,7 +561,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         stats = await driver.finish() if driver is not None else None
         if stats is not None:
             cpu["driver"] = stats["cpu_s"]
-        cpu["node-agent emulator"] = (await agent.finish())["cpu_s"]
+        cpu["node emulator"] = (await agent.finish())["cpu_s"]
         pods = [dict(p) async for p in client.list(dict_view(Pod), namespace="default")]
         nodes = [dict(n) async for n in client.list(dict_view(Node))]
         bad, stray = (0, 0) if a.plain else overcommitted(nodes, pods)
@@ -540,9 +582,11 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             "cpu_count": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
             "api_server": api_name, "scheduler": scheduler_name, "webhook": webhook,
             "extender": extender,
-            "node_agent": "not used (--plain): a watch records when each pod is bound" if a.plain
-            else f"emulated (own process): marks gpuslice.io/allocated {a.allocate_ms:g} ms "
-                 "after it sees a pod bound",
+            "nodes_emulated": ("each pod's first kubelet status write" if not a.no_kubelet_status
+                               else "no kubelet status writes; " + (
+                                   "a watch records when each pod is bound" if a.plain else
+                                   "the node agent's gpuslice.io/allocated mark")) +
+            f" {a.allocate_ms:g} ms after the pod is seen bound (own process)",
         }
     finally:
         for child in children:
@@ -623,6 +667,9 @@ def main() -> int:
                     help="SIGKILL the extender when half the pods are bound, start a new one")
     ap.add_argument("--allocate-ms", type=float, default=50.0,
                     help="the emulated node agent's delay from bind to gpuslice.io/allocated")
+    ap.add_argument("--no-kubelet-status", action="store_true",
+                    help="model no kubelet status writes: gpuslice's agent then marks "
+                         "gpuslice.io/allocated on each pod (the rate before 2026-11-27)")
     ap.add_argument("--concurrency", type=int, default=32, help="pod creations in flight")
     ap.add_argument("--no-webhook", action="store_true")
     ap.add_argument("--timeout", type=float, default=300.0)

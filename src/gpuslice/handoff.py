@@ -4,8 +4,10 @@ The kubelet tells a device plugin only device IDs, never the pod (DESIGN §4). T
   1. The webhook makes every GPU container name its dialect's *device resource* (the one the
      node agent advertises) with the quantity the kubelet will allocate.
   2. At bind the extender writes the pod's assignment and `gpuslice.io/bound-at`; from then
-     the pod is *in flight* on its node until the agent has answered Allocate for each of its
-     GPU containers (`gpuslice.io/allocated`), it ends or is deleted, or `timeout_s` passes.
+     the pod is *in flight* on its node until the kubelet has admitted it (`admitted`: its
+     first status write), the agent has marked each of its GPU containers answered
+     (`gpuslice.io/allocated`, written only where that status is late), it ends or is
+     deleted, or `timeout_s` passes.
   3. The agent answers an Allocate(resource, quantity) from the pod `match_allocate` picks.
   4. The extender binds a pod to a node only if it cannot be confused with a pod already in
      flight there (`blocking_flight`); the agent checks the outcome against PodResources.

@@ -892,12 +892,12 @@ class Tier:
         assert self.services is not None
         return self.services.client()
 
-    def wait_pods(self, names: list[str], phase: str = "Running", timeout: float = 60.0,
-                  allocated: bool = False) -> dict[str, dict[str, Any]]:
-        """The namespace's pods `names` once all are in `phase` (and, with `allocated`, carry
-        the agent's gpuslice.io/allocated mark, which it writes after answering, queued:
-        it may land after the pod runs); AssertionError with their state and the namespace's
-        events if they are not within `timeout`."""
+    def wait_pods(self, names: list[str], phase: str = "Running",
+                  timeout: float = 60.0) -> dict[str, dict[str, Any]]:
+        """The namespace's pods `names` once all are in `phase` (Running: the kubelet admitted
+        them, so the agent answered their Allocate calls and their flights have ended);
+        AssertionError with their state and the namespace's events if they are not within
+        `timeout`."""
         from lightkube.resources.core_v1 import Event, Pod
 
         from gpuslice.kube.client import dict_view
@@ -906,9 +906,7 @@ class Tier:
         deadline = time.monotonic() + timeout
         while True:
             pods = {n: dict(client.get(dict_view(Pod), n, namespace=ns)) for n in names}
-            if all(p["status"].get("phase") == phase and (not allocated or (
-                    p["metadata"].get("annotations") or {}).get("gpuslice.io/allocated"))
-                   for p in pods.values()):
+            if all(p["status"].get("phase") == phase for p in pods.values()):
                 return pods
             if time.monotonic() > deadline:
                 state = {n: (p["spec"].get("nodeName"), p["status"].get("phase"),
@@ -1105,11 +1103,12 @@ async def burst(tier: Tier, count: int = 30, seed: int = 1, timeout: float = 150
                             reason="waiting for an in-flight pod")
     before = tier.node.agent_metrics()
     swaps_before = metric(before, "gpuslice_allocate_swaps_total")
+    marks_before = metric(before, "gpuslice_allocated_marks_total")
     mismatches_before = metric(before, "gpuslice_allocate_mismatches_total")
     client = AsyncClient(config=KubeConfig.from_file(tier.plane.kubeconfig))
     created: dict[str, float] = {}
     bound: dict[str, float] = {}
-    allocated: dict[str, float] = {}
+    flight_ended: dict[str, float] = {}  # the kubelet's status or the agent's mark
     running: dict[str, float] = {}
     failed: dict[str, str] = {}
     done = asyncio.Event()
@@ -1119,8 +1118,8 @@ async def burst(tier: Tier, count: int = 30, seed: int = 1, timeout: float = 150
         ann = pod["metadata"].get("annotations") or {}
         if pod["spec"].get("nodeName"):
             bound.setdefault(name, now)
-        if ann.get(handoff.ALLOCATED):
-            allocated.setdefault(name, now)
+        if ann.get(handoff.ALLOCATED) or handoff.admitted(pod):
+            flight_ended.setdefault(name, now)
         phase = (pod.get("status") or {}).get("phase")
         if phase == "Running":
             running.setdefault(name, now)
@@ -1188,8 +1187,9 @@ async def burst(tier: Tier, count: int = 30, seed: int = 1, timeout: float = 150
                                                      if n in bound and n not in held]),
         "bound_to_running_s": percentiles([running[n] - bound[n] for n in names
                                            if n in running and n in bound]),
-        "bound_to_allocated_s": percentiles([allocated[n] - bound[n] for n in names
-                                             if n in allocated and n in bound]),
+        "bound_to_flight_end_s": percentiles([flight_ended[n] - bound[n] for n in names
+                                              if n in flight_ended and n in bound]),
+        "allocated_marks_written": metric(agent, "gpuslice_allocated_marks_total") - marks_before,
         "create_to_running_s": percentiles([running[n] - created[n] for n in names
                                             if n in running]),
         "in_flight_refusals": {

@@ -103,8 +103,10 @@ class Agent:
         self.devices = backend.devices()
         self.health = Health(backend, [d.uuid for d in self.devices],
                              recovery_s=cfg.xid_recovery_seconds)
+        self.metrics = AgentMetrics()
         self.cluster = Cluster(client, cfg.node_name, pod_resync_s=cfg.pod_resync_seconds,
-                               journal=state / "answered.json")
+                               mark_after_s=cfg.allocated_mark_after_seconds,
+                               journal=state / "answered.json", on_mark=self.metrics.marks.inc)
         self.swapper = Swapper(client, self.regions_root, state / "swaps.json")
         self.mig = mig_mode.start(backend, self.devices, cfg.mig, state, hidden=cfg.hide_gpus) \
             if cfg.mode == "mig" else None  # type: ignore[arg-type]  # nvml.MigBackend too
@@ -122,7 +124,6 @@ class Agent:
             client, Node, fields={"metadata.name": cfg.node_name}, handler=self._on_node,
             name="this node")
         self._init_dra(client, state)
-        self.metrics = AgentMetrics()
         self.metrics.add_usage(UsageCollector(
             backend, self.regions_root, self.gpus, self._pod_names, self._assignments,
             claims_root=self.dra.root if self.dra else None,
@@ -199,8 +200,9 @@ class Agent:
 
     def _views(self) -> tuple[list[alloc.InFlight], dict[str, model.PodAssignment],
                               list[alloc.Stranger]]:
-        return self._pod_views.views(self.cluster.pods(), time.time(),
-                                     self.cfg.in_flight_timeout_seconds)
+        flights, assigned, strangers = self._pod_views.views(
+            self.cluster.pods(), time.time(), self.cfg.in_flight_timeout_seconds)
+        return flights, self.swapper.settled(assigned), strangers
 
     def _answer(self, resource: str, device_ids: Sequence[str]) -> alloc.Answer:
         flights, assigned, strangers = self._views()

@@ -3,14 +3,17 @@
 Owns: the pod store (every pod with `spec.nodeName=<node>`, managed or not: a pod that skipped
 gpuslice may be what the kubelet admits (node/allocate.py, Stranger); kept by a
 kube.cache.Informer, listed again before a pod's first Allocate and every `pod_resync_s`),
-the record of containers answered but not yet in `gpuslice.io/allocated` (journalled to
-`<state-dir>/answered.json`, read back at start), and a queue of writes (allocated marks, the
-node's inventory annotation) flushed with back-off.
+the record of containers answered (journalled to `<state-dir>/answered.json`, read back at
+start, kept until the API shows them marked or the pod is gone), and a queue of writes (the
+node's inventory annotation; `gpuslice.io/allocated` marks, each written only where the
+kubelet has not shown the pod admitted `mark_after_s` after the answer: its status already
+tells every reader that no Allocate can be for the pod any more, so the common case costs the
+API server no write) flushed with back-off.
 Does not: decide anything, or make the kubelet wait on the API (writes are queued).
 Invariants: `pods()` shows answered containers in `gpuslice.io/allocated` at once, so two
-Allocate calls never get the same container, whether or not the patch has landed, even across
-an agent restart; the watch and the lists feed one store where a pod's version only moves
-forward (kube.cache.newer); a pod deleted meanwhile drops its queued write.
+Allocate calls never get the same container, whether or not a mark was or will be written,
+even across an agent restart; the watch and the lists feed one store where a pod's version
+only moves forward (kube.cache.newer); a pod deleted meanwhile drops its queued write.
 On failure: `reachable` turns False, the store keeps its last content, writes stay queued and
 are retried every `retry_s` (doubling to 30 s) until the API server answers again.
 Tests: tests/integration/node/test_agent_with_kubelet.py, tests/unit/node/test_cluster_refresh.py
@@ -23,9 +26,9 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
@@ -55,17 +58,27 @@ def _merged(pod: Mapping[str, Any], answered: list[str]) -> dict[str, Any]:
     return {**pod, "metadata": meta}
 
 
+class _Answered(NamedTuple):
+    namespace: str
+    name: str
+    containers: list[str]
+    mark_at: float  # epoch seconds: write the mark then unless the kubelet has admitted the pod
+
+
 class Cluster:
     def __init__(self, client: AsyncClient, node: str, *, pod_resync_s: float = 30.0,
-                 retry_s: float = 1.0, journal: Path | None = None) -> None:
+                 retry_s: float = 1.0, mark_after_s: float = 2.0,
+                 journal: Path | None = None, on_mark: Callable[[], None] = lambda: None
+                 ) -> None:
         self.client = client
         self.node = node
         self.pod_resync_s = pod_resync_s
         self.retry_s = retry_s
+        self.mark_after_s, self.on_mark = mark_after_s, on_mark
         self.events = EventRecorder(client, "gpuslice-node-agent")
         self.reachable = False
         self._pods: dict[str, dict[str, Any]] = {}  # uid -> pod
-        self._answered: dict[str, tuple[str, str, list[str]]] = {}  # uid -> (ns, name, names)
+        self._answered: dict[str, _Answered] = {}  # uid -> containers answered
         self._journal = journal
         self._load()
         self._node_annotations: dict[str, str] = {}  # queued for the Node
@@ -81,7 +94,7 @@ class Cluster:
         out = []
         for uid, pod in self._pods.items():
             ans = self._answered.get(uid)
-            out.append(_merged(pod, ans[2]) if ans else pod)
+            out.append(_merged(pod, ans.containers) if ans else pod)
         return out
 
     def _put(self, pod: dict[str, Any]) -> None:
@@ -93,14 +106,20 @@ class Cluster:
         have = str((self._pods[uid]["metadata"].get("annotations") or {})
                    .get(handoff.ALLOCATED, "")).split(",")
         answered = self._answered.get(uid)
-        if answered is not None and all(n in have for n in answered[2]):
+        if answered is not None and all(n in have for n in answered.containers):
             del self._answered[uid]  # the API has it now
+            self._save()
+
+    def _gone(self, uid: str) -> None:
+        self._pods.pop(uid, None)
+        if self._answered.pop(uid, None) is not None:
+            self._save()
 
     def _on_change(self, change: Change[dict[str, Any]]) -> None:
         if change.new is not None:
             self._put(change.new)
         elif change.old is not None:
-            self._pods.pop(str(change.old["metadata"].get("uid", "")), None)
+            self._gone(str(change.old["metadata"].get("uid", "")))
 
     async def refresh(self) -> bool:
         """List this node's pods now; False (store kept) if the API does not answer."""
@@ -118,7 +137,9 @@ class Cluster:
                 return False
         listed = {str(p["metadata"].get("uid", "")) for p in got}
         for uid in (before & set(self._pods)) - listed:
-            del self._pods[uid]
+            self._gone(uid)
+        for uid in set(self._answered) - listed - set(self._pods):
+            self._gone(uid)  # answered before a restart, deleted meanwhile
         for p in got:
             self._put(p)
         self._up()
@@ -141,7 +162,8 @@ class Cluster:
         """An Allocate was answered for this container: record it now (in the journal too, so
         an agent restarted before the write lands never answers that container again), write
         it to the pod soon."""
-        names = self._answered.setdefault(uid, (namespace, name, []))[2]
+        names = self._answered.setdefault(uid, _Answered(
+            namespace, name, [], time.time() + self.mark_after_s)).containers
         if container not in names:
             names.append(container)
         self._save()
@@ -152,8 +174,10 @@ class Cluster:
             return
         try:
             data = json.loads(self._journal.read_text())
-            self._answered = {str(uid): (str(ns), str(name), [str(c) for c in names])
-                              for uid, (ns, name, names) in data.items()}
+            # [ns, name, containers, mark_at]; journals before mark_at had three (mark at once)
+            self._answered = {str(uid): _Answered(str(v[0]), str(v[1]), [str(c) for c in v[2]],
+                                                  float(v[3]) if len(v) > 3 else 0.0)
+                              for uid, v in data.items()}
         except (OSError, ValueError, TypeError) as exc:
             log.warning("journal %s unreadable (%s); starting without it", self._journal, exc)
 
@@ -169,9 +193,24 @@ class Cluster:
         self._node_annotations[key] = value
         self._wake.set()
 
+    def _marks(self, now: float) -> tuple[list[str], float | None]:
+        """(uids whose mark is due now, when the next one falls due). A pod the kubelet has
+        admitted needs none: its status ends the flight for every reader (handoff.admitted)."""
+        due, later = [], None
+        for uid, a in self._answered.items():
+            pod = self._pods.get(uid)
+            if pod is not None and handoff.admitted(pod):
+                continue
+            if a.mark_at <= now:
+                due.append(uid)
+            else:
+                later = a.mark_at if later is None else min(later, a.mark_at)
+        return due, later
+
     @property
     def queued(self) -> int:
-        return len(self._node_annotations) + len(self._answered)
+        """Writes waiting: the Node's annotations and the marks due now."""
+        return len(self._node_annotations) + len(self._marks(time.time())[0])
 
     async def _flush(self) -> None:
         """Write what is queued; raises APIError (Unavailable...) to make the caller back off."""
@@ -181,7 +220,10 @@ class Cluster:
             for k, v in ann.items():
                 if self._node_annotations.get(k) == v:
                     del self._node_annotations[k]
-        for uid, (ns, name, names) in list(self._answered.items()):
+        for uid in self._marks(time.time())[0]:
+            if uid not in self._answered:
+                continue  # the pod went while an earlier mark was written
+            ns, name, names, _ = self._answered[uid]
             sent = list(names)
 
             def change(obj: Mapping[str, Any], sent: list[str] = sent, uid: str = uid) -> Any:
@@ -197,8 +239,9 @@ class Cluster:
             except errors.NotFound:
                 got = None
             if got is not None:
+                self.on_mark()
                 self._put(got)  # drops the entry once the annotation holds every name
-            elif uid in self._answered and self._answered[uid][2] == sent:
+            elif uid in self._answered and self._answered[uid].containers == sent:
                 del self._answered[uid]  # pod gone or replaced, or the API had it already
             self._save()
 
@@ -228,8 +271,12 @@ class Cluster:
                 self._down(exc)
                 delay = min(delay * 2, MAX_RETRY_S)
             self._wake.clear()
-            timeout = delay if self.queued else max(0.0, next_list - time.monotonic())
-            await wait_set(self._wake, timeout)
+            now = time.time()
+            due, later = self._marks(now)
+            timeout = delay if self._node_annotations or due else next_list - time.monotonic()
+            if later is not None:
+                timeout = min(timeout, later - now)
+            await wait_set(self._wake, max(0.0, timeout))
 
     # ---- events (best effort)
     def warn(self, obj: Mapping[str, Any], reason: str, message: str) -> None:

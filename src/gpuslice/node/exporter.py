@@ -211,6 +211,10 @@ class AgentMetrics:
         self.registrations = Counter("gpuslice_kubelet_registrations",
                                      "Successful registrations with the kubelet", ["resource"],
                                      registry=r)
+        self.marks = Counter("gpuslice_allocated_marks", "gpuslice.io/allocated marks written: "
+                             "pods the kubelet had not shown admitted "
+                             "allocatedMarkAfterSeconds after their Allocate answer",
+                             registry=r)
         self.queued = Gauge("gpuslice_node_agent_queued_writes",
                             "API writes waiting for the API server", registry=r)
         self.reachable = Gauge("gpuslice_node_agent_api_reachable",

@@ -78,6 +78,8 @@ class NodeConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                                               default="/var/run/gpuslice")
     # timing
     in_flight_timeout_seconds: float = msgspec.field(name="inFlightTimeoutSeconds", default=30.0)
+    allocated_mark_after_seconds: float = msgspec.field(name="allocatedMarkAfterSeconds",
+                                                        default=2.0)
     inventory_interval_seconds: float = msgspec.field(name="inventoryIntervalSeconds",
                                                       default=300.0)
     pod_resync_seconds: float = msgspec.field(name="podResyncSeconds", default=300.0)
@@ -122,6 +124,9 @@ def _check(c: NodeConfig, where: str) -> None:
                 "verify_interval_seconds", "health_interval_seconds"):
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be above 0")
+    if not 0 <= c.allocated_mark_after_seconds <= 3600:
+        problems.append(f"allocatedMarkAfterSeconds={c.allocated_mark_after_seconds}: use 0..3600 "
+                        "(0: mark every pod at once; default 2)")
     if not 1 <= c.dra.memory_step_mib <= 1 << 20:
         problems.append(f"dra.memoryStepMiB={c.dra.memory_step_mib}: use 1..1048576 MiB (default "
                         "256): the step of the memory a DRA claim can ask for")

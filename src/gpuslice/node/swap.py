@@ -10,7 +10,8 @@ status write does not fail it), then the region directories are exchanged unless
 inodes show that already happened, then the entry is dropped.
 Invariant: a swap once journalled is rolled forward (each target is what PodResources showed
 the pod really got), so an error or a kill between the two patches leaves at most one round
-in which both annotations name the same GPU, never more.
+in which both annotations name the same GPU, never more; `settled` gives Allocate's
+over-commit check the assignments as they are once the swap is done.
 Does not: decide which pods to swap (verify.swaps) or emit events (the agent, on what
 `finish` returns).
 Failure: API errors leave the entry for the next round; a pod deleted or replaced meanwhile
@@ -32,9 +33,11 @@ from lightkube.resources.core_v1 import Pod
 
 from gpuslice import codec
 from gpuslice.container import regions
+from gpuslice.errors import CodecError
 from gpuslice.files import write_atomic
 from gpuslice.kube import errors
 from gpuslice.kube.patch import update_metadata
+from gpuslice.model import PodAssignment
 
 __all__ = ["Swapper"]
 
@@ -79,6 +82,19 @@ class Swapper:
     def pending(self) -> set[str]:
         """uids of pods whose swap is journalled but not finished."""
         return {p["uid"] for e in self.entries for p in e}
+
+    def settled(self, assigned: Mapping[str, PodAssignment]) -> dict[str, PodAssignment]:
+        """`assigned` (uid -> assignment, as the pods' annotations say now) with each pod of an
+        unfinished swap at its target, which is what the kubelet gave it: between the two
+        writes both pods name one GPU, and counting that GPU twice would refuse a new pod's
+        Allocate for an over-commit that does not exist."""
+        out = dict(assigned)
+        for p in (p for e in self.entries for p in e if p["uid"] in out):
+            try:
+                out[p["uid"]] = codec.decode_assignment(p["to"])
+            except CodecError as exc:  # journalled from an annotation that decoded then
+                log.warning("swap journal: target of %s unreadable: %s", p["uid"], exc)
+        return out
 
     # ---- swapping
     def start(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> None:

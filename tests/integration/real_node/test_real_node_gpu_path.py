@@ -78,7 +78,7 @@ def test_a_relabelled_real_node_drains_switches_to_dra_and_back_never_offering_b
         assert slice_devices(admin) is None, "a device-plugin node publishes no slice"
 
         client.create(dict_view(Pod)(real.pod_body("holder", ns, LIMITS)))
-        tier.wait_pods(["holder"], allocated=True)
+        tier.wait_pods(["holder"])
         label("dra")
         until(lambda: allocatable(node) == dict.fromkeys(real.GPU_RESOURCES, 0),
               "every device-plugin resource unallocatable while the node drains")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import os
 
-from gpuslice import codec
+from gpuslice import codec, model
 from gpuslice.kube import errors
 from gpuslice.node.swap import Swapper
 
@@ -105,3 +105,24 @@ async def test_an_assignment_someone_else_rewrote_is_left_alone(tmp_path):
     assert await s.finish() == [] and not s.entries
     assert client.pods["b"]["metadata"]["annotations"][KEY] == "gpu7"
     assert os.lstat(root / "ua").st_ino == ino["ua"]
+
+
+async def test_a_half_done_swap_counts_each_pod_at_its_target_never_one_gpu_twice(tmp_path):
+    one = codec.encode_assignment(model.PodAssignment(node="n", containers=(
+        model.ContainerAssignment(container="main", slices=(
+            model.GPUSlice(uuid="GPU-1", memory_mib=1024, cores=10),)),)))
+    two = one.replace("GPU-1", "GPU-2")
+    client = FakeClient(_pod("a", "ua", one), _pod("b", "ub", two))
+    s = Swapper(client, tmp_path / "regions", tmp_path / "swaps.json")
+    s.start(client.pods["a"], client.pods["b"])
+    client.fail = [("b", errors.Unavailable("pod b", code=500))]
+    await s.finish()  # a now names GPU-2, as b still does
+    now = {u: codec.decode_assignment(client.pods[n]["metadata"]["annotations"][KEY])
+           for u, n in (("ua", "a"), ("ub", "b"))}
+    assert {a.containers[0].slices[0].uuid for a in now.values()} == {"GPU-2"}
+    settled = s.settled({**now, "uc": now["ua"]})
+    assert settled["ua"].containers[0].slices[0].uuid == "GPU-2"
+    assert settled["ub"].containers[0].slices[0].uuid == "GPU-1"
+    assert settled["uc"] is now["ua"], "pods outside the swap as they are"
+    await s.finish()
+    assert s.settled(now) == now, "nothing journalled: the annotations as they are"
