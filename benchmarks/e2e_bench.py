@@ -206,6 +206,7 @@ class AgentEmulator:
                  plain: bool = False, kubelet: bool = True) -> None:
         self.client, self.api, self.delay_s, self.kubelet = client, api, delay_s, kubelet
         self.bound: dict[str, float] = {}  # pod key -> when this watch saw it bound
+        self.failures: Counter[str] = Counter()  # writes that failed, by error
         self.changed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         labels = None if plain else {handoff.MANAGED_LABEL: "true"}  # plain: every pod
@@ -226,13 +227,15 @@ class AgentEmulator:
     async def _admit(self, pod: dict[str, Any]) -> None:
         await asyncio.sleep(self.delay_s)
         meta = pod["metadata"]
-        with contextlib.suppress(Exception):
+        try:
             if self.kubelet:
                 await self._status(pod)
             else:
                 names = ",".join(r.container for r in handoff.device_requests(pod))
                 await patch_metadata(self.client, Pod, meta["name"], namespace=meta["namespace"],
                                      annotations={handoff.ALLOCATED: names})
+        except Exception as exc:  # counted and reported: the run measured something else
+            self.failures[f"{type(exc).__name__}: {exc}"[:160]] += 1
 
     async def _status(self, pod: dict[str, Any]) -> None:
         """The kubelet's first pods/status patch after admission (a strategic merge patch, as
@@ -260,7 +263,8 @@ class AgentEmulator:
         url = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status"
         async with self.api.patch(url, data=json.dumps(body), headers={
                 "Content-Type": "application/strategic-merge-patch+json"}) as r:
-            await r.read()
+            if r.status != 200:
+                raise RuntimeError(f"HTTP {r.status}: {(await r.text())[:100]}")
 
     async def wait_bound(self, count: int, timeout: float) -> int:
         deadline = time.monotonic() + timeout
@@ -388,7 +392,7 @@ async def agent_role(a: argparse.Namespace) -> None:
     await task
     await client.close()
     await api.close()
-    say({"cpu_s": time.process_time()})
+    say({"cpu_s": time.process_time(), "failures": agent.failures.most_common(3)})
 
 
 async def verb_cpu(a: argparse.Namespace) -> dict[str, Any]:
@@ -561,7 +565,8 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         stats = await driver.finish() if driver is not None else None
         if stats is not None:
             cpu["driver"] = stats["cpu_s"]
-        cpu["node emulator"] = (await agent.finish())["cpu_s"]
+        emulated = await agent.finish()
+        cpu["node emulator"] = emulated["cpu_s"]
         pods = [dict(p) async for p in client.list(dict_view(Pod), namespace="default")]
         nodes = [dict(n) async for n in client.list(dict_view(Node))]
         bad, stray = (0, 0) if a.plain else overcommitted(nodes, pods)
@@ -571,6 +576,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             "bound": bound, "pods": a.pods, "nodes": a.nodes, "gpus_per_node": a.gpus,
             "seconds": round(elapsed, 2), "overcommitted_gpus": bad,
             "bound_without_assignment": stray, "restarted_extender": restarted,
+            "node_write_failures": emulated["failures"],
             "failed_scheduling_attempts": stats["failed"] if stats else None,
             "top_failures": stats["top_failures"] if stats else None,
             "verb_ms_p50": stats["verb_ms_p50"] if stats else None,
