@@ -160,8 +160,8 @@ class Cluster:
     # ---- writing (queued)
     def answered(self, namespace: str, name: str, uid: str, container: str) -> None:
         """An Allocate was answered for this container: record it now (in the journal too, so
-        an agent restarted before the write lands never answers that container again), write
-        it to the pod soon."""
+        an agent restarted meanwhile never answers that container again); mark the pod in
+        `mark_after_s` unless the kubelet shows it admitted first."""
         names = self._answered.setdefault(uid, _Answered(
             namespace, name, [], time.time() + self.mark_after_s)).containers
         if container not in names:
@@ -178,7 +178,7 @@ class Cluster:
             self._answered = {str(uid): _Answered(str(v[0]), str(v[1]), [str(c) for c in v[2]],
                                                   float(v[3]) if len(v) > 3 else 0.0)
                               for uid, v in data.items()}
-        except (OSError, ValueError, TypeError) as exc:
+        except (OSError, ValueError, TypeError, LookupError) as exc:
             log.warning("journal %s unreadable (%s); starting without it", self._journal, exc)
 
     def _save(self) -> None:

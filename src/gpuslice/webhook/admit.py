@@ -1,9 +1,10 @@
 """The admission decision for one pod: pass, skip, deny with every problem, or patch (pure).
 
 Owns: what the webhook changes on a GPU pod (docs/webhook.md "What it changes"): schedulerName
-(only where the default scheduler was meant), the managed label, the GPUSLICE_* downward-API
-env of every GPU container, and resources normalised so the kubelet allocates the dialect's
-device resource (handoff.missing_device_resources) and Kubernetes accepts them.
+(only where the default scheduler was meant), the managed label, and resources normalised so
+the kubelet allocates the dialect's device resource (handoff.missing_device_resources) and
+Kubernetes accepts them. No env: what a container gets comes from the node agent, and every
+byte added here is stored, watched and patched again for the pod's life.
 Does not: decode HTTP or the envelope (review.py, app.py) or look up namespaces (namespaces.py).
 Also guards (on any pod it sees, GPU or not): no gpuslice.io/* annotation or label but those a
 tenant may set (TENANT_ANNOTATIONS, the opt-out label; the managed label only where the webhook
@@ -37,21 +38,15 @@ from gpuslice.webhook import dra
 from gpuslice.webhook.bypass import bypass_refused
 from gpuslice.webhook.jsonpointer import pointer
 
-__all__ = ["DEVICE_ENV", "DEVICE_ENV_HIDDEN", "IDENTITY_ENV", "PLACEMENT_ANNOTATIONS",
+__all__ = ["DEVICE_ENV", "DEVICE_ENV_HIDDEN", "PLACEMENT_ANNOTATIONS",
            "RESERVED_PREFIX", "TENANT_ANNOTATIONS", "Decision", "Options", "Result", "admit",
            "pointer"]
 
 DEFAULT_SCHEDULER = "default-scheduler"
-IDENTITY_ENV: tuple[tuple[str, str | None], ...] = (
-    ("GPUSLICE_POD_UID", "metadata.uid"),
-    ("GPUSLICE_POD_NAMESPACE", "metadata.namespace"),
-    ("GPUSLICE_POD_NAME", "metadata.name"),
-    ("GPUSLICE_CONTAINER_NAME", None),  # literal: the container's own name
-)
-"""Env the webhook sets in every GPU container (contracts), replacing same-named entries."""
-
 # Set by the node agent's Allocate; a value in the pod spec would override it in the container
 # (the kubelet appends spec env after the device plugin's), so a tenant could lift its limits.
+# The four identity names the webhook added until 2026-11-27 are let through: nothing reads
+# them, and a pod copied from one admitted then still carries them.
 _AGENT_ENV = re.compile(r"CUDA_DEVICE_MEMORY_LIMIT(_\d+)?|CUDA_DEVICE_MEMORY_SHARED_CACHE|"
                         r"CUDA_DEVICE_SM_LIMIT|CUDA_TASK_PRIORITY|NVIDIA_VISIBLE_DEVICES|"
                         r"GPUSLICE_(?!POD_UID$|POD_NAMESPACE$|POD_NAME$|CONTAINER_NAME$)\w*")
@@ -189,7 +184,7 @@ def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | Non
     gpu = {s.container for s in parsed.slices}
     try:
         if dra.route(pod, namespace_labels, options.dra) == dra.DRA:
-            return _on_dra(pod, parsed, gpu, dra_inventory, options.dra)
+            return _on_dra(pod, parsed, dra_inventory, options.dra)
     except RequestError as exc:
         return _deny(exc.problems)
     patch = _patch(pod, labels, scheduler, missing, gpu, options)
@@ -321,34 +316,16 @@ def _patch(pod: Mapping[str, Any], labels: Mapping[str, Any] | None, scheduler: 
     for key in ("initContainers", "containers"):
         for i, c in enumerate(pod["spec"].get(key) or ()):
             if c["name"] in gpu:  # parse_pod checked every container is a named mapping
-                ops.extend(_env_ops(key, i, c))
                 ops.extend(_resource_ops(key, i, c, device.get((key, i), {})))
     return ops
 
 
-def _on_dra(pod: Mapping[str, Any], parsed: model.PodRequest, gpu: set[str],
+def _on_dra(pod: Mapping[str, Any], parsed: model.PodRequest,
             inventory: dra.Inventory | None, options: dra.DraOptions) -> Decision:
-    """The pod as DRA claims (dra.translate) with the same identity env as on the other path."""
+    """The pod as DRA claims (dra.translate)."""
     t = dra.translate(pod, parsed, inventory, options)
-    env = [op for key in ("initContainers", "containers")
-           for i, c in enumerate(pod["spec"].get(key) or ()) if c["name"] in gpu
-           for op in _env_ops(key, i, c)]
-    return Decision(result=Result.PATCHED, why="GPU pod on the DRA path",
-                    patch=(*t.patch, *env), templates=t.templates)
-
-
-def _env_ops(key: str, i: int, c: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The container's env with ours first (so later entries can use $(GPUSLICE_POD_NAME)), then
-    the user's minus same-named entries (a tenant must not preset another pod's UID)."""
-    ours = [{"name": n, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
-            if path else {"name": n, "value": c["name"]} for n, path in IDENTITY_ENV]
-    names = {n for n, _ in IDENTITY_ENV}
-    kept = [e for e in c.get("env") or ()
-            if not (isinstance(e, Mapping) and isinstance(e.get("name"), str)
-                    and e["name"] in names)]
-    if c.get("env") == ours + kept:
-        return []  # already admitted once (reinvocation): nothing to change
-    return [{"op": "add", "path": pointer("spec", key, i, "env"), "value": ours + kept}]
+    return Decision(result=Result.PATCHED, why="GPU pod on the DRA path", patch=t.patch,
+                    templates=t.templates)
 
 
 def _resource_ops(key: str, i: int, c: Mapping[str, Any],

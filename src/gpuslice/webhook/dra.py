@@ -14,9 +14,8 @@ kube-controller-manager makes a claim owned by the pod, deleted with it), the co
 `resources.claims`, the dialect resources moved out of `resources` (no device plugin is asked
 for them, so nothing is counted twice) into the annotation REQUESTED (shown, never trusted),
 the DRA scheduler's name, and the label TRANSLATED (explain.py watches those pods).
-Does not: create templates or read slices (dra_cluster.py; `Inventory` is its input), add the
-identity env (admit.py does, as for every GPU pod), or check the request (dialects.parse_pod
-did).
+Does not: create templates or read slices (dra_cluster.py; `Inventory` is its input), or check
+the request (dialects.parse_pod did).
 Invariants: same pod, same inventory -> same patch and templates; a container's limits are
 what its claim consumes (dra/claims.py reads consumedCapacity) and nothing else; a pod this
 module translated is no GPU pod to a second admission pass (reinvocation changes nothing).

@@ -131,3 +131,12 @@ async def test_an_answer_for_a_pod_deleted_while_the_agent_was_down_is_dropped(t
     cluster.client = ListingClient([_pod("other", "7")], lambda: None)  # type: ignore[assignment]
     assert await cluster.refresh()
     assert cluster._answered == {} and cluster.queued == 0
+
+
+def test_a_garbled_journal_is_set_aside_with_a_warning(tmp_path, caplog):
+    for text in ('{"uid-p": []}', '{"uid-p": {"ns": "default"}}', "[1, 2", '{"uid-p": 7}'):
+        (tmp_path / "answered.json").write_text(text)
+        cluster = Cluster(None, "node-a",  # type: ignore[arg-type]
+                          journal=tmp_path / "answered.json")
+        assert cluster._answered == {}
+    assert caplog.text.count("unreadable") == 4

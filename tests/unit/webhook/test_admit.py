@@ -6,7 +6,7 @@ import pytest
 from webhook_pods import admitted, apply_patch, container, gpu_pod
 
 from gpuslice import dialects, handoff
-from gpuslice.webhook.admit import IDENTITY_ENV, Options, Result, admit, pointer
+from gpuslice.webhook.admit import Options, Result, admit, pointer
 
 OPTIONS = Options()
 HAMI_HALF = container(limits={"nvidia.com/gpumem": "4096"})
@@ -135,31 +135,20 @@ def _env(c):
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env", [])}
 
 
-def test_every_gpu_container_gets_the_four_identity_variables_and_others_none():
-    pod = gpu_pod(container("gpu", limits={"nvidia.com/gpu": "1"}),
+def test_the_webhook_adds_no_env_and_leaves_the_tenants_as_written():
+    """What a container gets comes from the node agent's Allocate answer; env in the pod would
+    only make every stored, watched and patched copy of it larger. The identity names the
+    webhook added before 2026-11-27 are still admitted (a pod copied from an old one)."""
+    env = [{"name": "GPUSLICE_POD_UID", "value": "copied-from-an-old-pod"},
+           {"name": "LOG", "value": "$(GPUSLICE_POD_NAME).log"}]
+    pod = gpu_pod(container("gpu", limits={"nvidia.com/gpu": "1"}, env=env),
+                  container("plain-gpu", limits={"nvidia.com/gpu": "1"}),
                   container("sidecar", limits={"cpu": "1"}))
     pod["spec"]["initContainers"] = [container("prep", limits={"volcano.sh/vgpu-number": "1"})]
     out = admitted(pod)
-    prep, gpu = out["spec"]["initContainers"][0], out["spec"]["containers"][0]
-    for c in (prep, gpu):
-        env = _env(c)
-        assert [e["name"] for e in c["env"]] == [n for n, _ in IDENTITY_ENV]
-        assert env["GPUSLICE_CONTAINER_NAME"] == c["name"]
-        assert env["GPUSLICE_POD_UID"] == {"fieldRef": {"apiVersion": "v1",
-                                                        "fieldPath": "metadata.uid"}}
-    assert "env" not in out["spec"]["containers"][1], "a container without a slice is left alone"
-
-
-def test_a_tenant_preset_identity_variable_is_replaced_and_other_env_kept_after_ours():
-    pod = gpu_pod(container(limits={"nvidia.com/gpu": "1"}, env=[
-        {"name": "GPUSLICE_POD_UID", "value": "uid-of-another-pod"},
-        {"name": "LOG", "value": "$(GPUSLICE_POD_NAME).log"},
-        {"name": "GPUSLICE_CONTAINER_NAME", "value": "someone-else"}]))
-    env = admitted(pod)["spec"]["containers"][0]["env"]
-    names = [e["name"] for e in env]
-    assert names == [*[n for n, _ in IDENTITY_ENV], "LOG"], (
-        "ours first, so the user's later entries can expand $(GPUSLICE_...); presets dropped")
-    assert {"name": "GPUSLICE_POD_UID", "value": "uid-of-another-pod"} not in env
+    assert out["spec"]["containers"][0]["env"] == env
+    assert all("env" not in c for c in (*out["spec"]["containers"][1:],
+                                        out["spec"]["initContainers"][0]))
 
 
 # --- resources ------------------------------------------------------------------------------
