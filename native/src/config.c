@@ -220,7 +220,7 @@ int gs_config_agent_region(struct gs_config *c, const char *path)
 static const char *const gs_known_names[] = {
     "GPUSLICE_COMPUTE_MODE", "GPUSLICE_BOARD_DIR", "GPUSLICE_DEVICE_UUIDS", /* the library */
     "GPUSLICE_COMPUTE_PHASE",                                             /* the library */
-    "GPUSLICE_POD_UID", "GPUSLICE_POD_NAMESPACE", "GPUSLICE_POD_NAME",    /* webhook: identity */
+    "GPUSLICE_POD_UID", "GPUSLICE_POD_NAMESPACE", "GPUSLICE_POD_NAME",    /* older webhooks */
     "GPUSLICE_CONTAINER_NAME", "GPUSLICE_MIG_DEVICES",                     /* node agent (MIG) */
     "GPUSLICE_NODE_", "GPUSLICE_WEBHOOK_", "GPUSLICE_SCHEDULER_",          /* services */
     "GPUSLICE_LIBRARY", "GPUSLICE_RELEASE",                               /* CLI, setup.py */
