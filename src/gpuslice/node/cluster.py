@@ -240,10 +240,10 @@ class Cluster:
                 got = None
             if got is not None:
                 self.on_mark()
-                self._put(got)  # drops the entry once the annotation holds every name
+                self._put(got)  # drops the entry (and saves) once the annotation holds every name
             elif uid in self._answered and self._answered[uid].containers == sent:
                 del self._answered[uid]  # pod gone or replaced, or the API had it already
-            self._save()
+                self._save()
 
     async def run(self) -> None:
         """Watch pods, keep the queue flushed and list again now and then, until cancelled."""
