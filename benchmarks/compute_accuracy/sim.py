@@ -21,13 +21,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # older revision) so before/after tables come from the same fake GPU.
 _ALT = os.environ.get("GS_SIM_COMPUTE_SRC", "")
 COMPUTE_SRC = Path(_ALT).resolve() if _ALT else ROOT / "native" / "src" / "compute"
-# clean.c (time-slice correction) and phase.c (issue 21) are absent from older copies of the sources
+# clean.c (time-slice correction) and gang.c (issue 21) are absent from older copies of the sources
 SOURCES = [
     COMPUTE_SRC / n
-    for n in ("budget.c", "meter.c", "board.c", "clean.c", "phase.c")
-    if n not in ("clean.c", "phase.c") or (COMPUTE_SRC / n).exists()
+    for n in ("budget.c", "meter.c", "board.c", "clean.c", "gang.c")
+    if n not in ("clean.c", "gang.c") or (COMPUTE_SRC / n).exists()
 ] + [Path(__file__).with_name("simgpu.c")]
-if (COMPUTE_SRC / "phase.c").exists():  # the collective simulator needs issue 21's controller
+if (COMPUTE_SRC / "gang.c").exists():  # the collective simulator needs issue 21's controller
     SOURCES.append(Path(__file__).with_name("simcoll.c"))
 BUILD_DIR = ROOT / "native" / "build" / ("compute_sim_alt" if _ALT else "compute_sim")
 MS = 1_000_000

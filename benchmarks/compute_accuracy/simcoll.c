@@ -1,13 +1,13 @@
 /* Ranks of one job on separate fake GPUs, driving the REAL compute controller (meter.c,
- * budget.c, phase.c, compiled in unchanged) on a virtual clock: the collective case of issue 21.
+ * budget.c, gang.c, compiled in unchanged) on a virtual clock: the collective case of issue 21.
  * Owns: one GPU per rank (one stream: kernels, events, collectives in launch order), a
  * collective model (the kernel of collective k starts spinning when it reaches its GPU and ends
  * `coll_ns` after the LAST rank's kernel k reached its GPU: the spin occupies the GPU and is
  * what events measure, as NCCL's kernels or a kernel polling a peer's flag through IPC do), the
  * ranks' step loop (`kernels` compute kernels, one collective, a full sync, CPU time), and the
  * results (steps, hold statistics as launch.c records them, spin, measured share).
- * `phase` 0 gives each meter no other device (the controller before issue 21), 1 the other
- * ranks' budget blocks (one container's region). Does not: decide anything the library decides;
+ * `phase` 0 leaves each meter's gang off (the controller before issue 21), 1 gives it the other
+ * ranks' process slots (one container's region: gang holds, gang.h). Does not: decide anything the library decides;
  * it calls gs_meter_admit/before/after_key and sleeps what admit says, like launch.c.
  * Loaded with ctypes by benchmarks/compute_accuracy/sim.py (run_collective). */
 #include <stdint.h>
@@ -84,6 +84,16 @@ struct sc {
 
 static struct sc *g_sc; /* the simulation being run (the event ops reach the clock through it) */
 
+static int sc_slots(void *ctx)
+{
+    return (int)((struct sc *)ctx)->c.ranks;
+}
+
+static struct gs_compute_proc *sc_slot(void *ctx, int i)
+{
+    return &((struct sc *)ctx)->r[i].block;
+}
+
 static struct sc_item *sc_push(struct sc_rank *r)
 {
     return r->len < SC_Q ? &r->q[(r->head + r->len++) % SC_Q] : NULL;
@@ -148,7 +158,14 @@ static void sc_ev_release(void *ctx, void *evp)
     ev->gen++;
 }
 
-static const struct gs_meter_ops sc_ops = {sc_ev_record, sc_ev_done, sc_ev_time, sc_ev_release};
+static int sc_stream_busy(void *ctx, uintptr_t stream)
+{
+    (void)stream;
+    return ((struct sc_rank *)ctx)->len > 0;
+}
+
+static const struct gs_meter_ops sc_ops = {sc_ev_record, sc_ev_done, sc_ev_time, sc_ev_release,
+                                           sc_stream_busy};
 
 /* When the head item of rank i completes (SC_INF: a collective still waiting for a rank). */
 static int64_t sc_head_done(struct sc *S, int i)
@@ -264,8 +281,11 @@ static void sc_rank_run(struct sc *S, int i)
                            gs_clean_key((uint64_t)i + 1, coll ? 2 : 1, 0), S->now);
     r->launched_in_step++;
     r->next = S->now + c->launch_ns + c->launch_extra_ns[i];
-    if (r->launched_in_step == kernels + colls)
+    if (r->launched_in_step == kernels + colls) {
         r->in_sync = 1;
+        if (limited) /* launch.c's sync hook: what the sync waits for is measured */
+            gs_meter_sync(&r->meter, S->now);
+    }
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -292,10 +312,8 @@ int gs_coll_run(const struct gs_coll_cfg *cfg, struct gs_coll_result *out)
         r->next = r->step_start = cfg->start_ns[i];
         if (cfg->limit_pct > 0) {
             gs_meter_init(&r->meter, &sc_ops, r, &S->dev[i], &r->block, (int)cfg->limit_pct);
-            gs_phase_self(&r->meter.phase, i);
-            for (int j = 0; j < n && cfg->phase; j++)
-                if (j != i)
-                    gs_phase_add(&r->meter.phase, &S->dev[j], j);
+            r->meter.gang = (struct gs_gang){.self = &r->block, .count = sc_slots, .at = sc_slot,
+                                             .ctx = S, .on = cfg->phase != 0};
         }
     }
     int warm = 0;
@@ -353,10 +371,4 @@ int gs_coll_run(const struct gs_coll_cfg *cfg, struct gs_coll_result *out)
 int64_t gs_coll_sizes(int which)
 {
     return which == 0 ? (int64_t)sizeof(struct gs_coll_cfg) : (int64_t)sizeof(struct gs_coll_result);
-}
-
-/* The phase state inside a meter, for direct tests of meter.c with other devices. */
-void *gs_sim_meter_phase(struct gs_meter *m)
-{
-    return &m->phase;
 }

@@ -2,7 +2,7 @@
 sim.py): the ranks of one job on separate fake GPUs, each step `kernels` compute kernels and a
 collective whose kernel spins until every rank's kernel reached its GPU (issue 21).
 Owns: the ctypes mirror of gs_coll_cfg / gs_coll_result and `run_collective`. Does not judge
-(tests/native/compute/test_phase.py and benchmarks/compute_accuracy.py do)."""
+(tests/native/compute/test_gang.py and benchmarks/compute_accuracy.py do)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class CollCase:
 
     ranks: int = 2
     limit: int = 50  # 0: no limit (the controller is not called)
-    phase: bool = True  # False: the controller as before issue 21 (no device follows another)
+    phase: bool = True  # False: the controller as before issue 21 (no gang holds)
     duration_ns: int = 3000 * MS
     warmup_ns: int = 1000 * MS
     kernels: int = 8  # compute kernels per step
@@ -61,7 +61,7 @@ class CollCase:
 def _lib() -> ctypes.CDLL:
     handle = lib()
     if not hasattr(handle, "gs_coll_run"):
-        raise SimBuildError("these compute sources have no phase.c: no collective simulator")
+        raise SimBuildError("these compute sources have no gang.c: no collective simulator")
     handle.gs_coll_run.argtypes = [ctypes.POINTER(CollCfg), ctypes.POINTER(CollResult)]
     handle.gs_coll_sizes.restype = ctypes.c_int64
     for which, struct in ((0, CollCfg), (1, CollResult)):

@@ -169,7 +169,13 @@ static void sim_ev_release(void *ctx, void *evp)
     ev->gen++;
 }
 
-static const struct gs_meter_ops sim_ops = {sim_ev_record, sim_ev_done, sim_ev_time, sim_ev_release};
+static int sim_stream_busy(void *ctx, uintptr_t stream)
+{
+    return ((struct sim_proc *)ctx)->st[stream].len > 0;
+}
+
+static const struct gs_meter_ops sim_ops = {sim_ev_record, sim_ev_done, sim_ev_time, sim_ev_release,
+                                            sim_stream_busy};
 
 /* ---- GPU model ---- */
 

@@ -48,9 +48,11 @@ def gpu_uuids() -> list[str]:
 
 
 PHASE = {"GPUSLICE_COMPUTE_PHASE": "0"}  # --phase: "1" (the experimental in-phase holds)
+TRACE: dict[str, Path] = {}  # --trace: "dir" -> each run's own subdirectory of it
 
 
-def _env(lib: Path | None, limit: int, region: Path, uuids: list[str], gpu: int) -> dict[str, str]:
+def _env(lib: Path | None, limit: int, region: Path, uuids: list[str], gpu: int,
+         label: str = "") -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CUDA_DEVICE_", "GPUSLICE_", "LD_PRELOAD"))}
     env.update(SAFE_ENV, CUDA_VISIBLE_DEVICES=str(gpu))
@@ -58,6 +60,9 @@ def _env(lib: Path | None, limit: int, region: Path, uuids: list[str], gpu: int)
         env.update(LD_PRELOAD=str(lib), CUDA_DEVICE_MEMORY_SHARED_CACHE=str(region),
                    GPUSLICE_DEVICE_UUIDS=",".join(uuids), CUDA_DEVICE_SM_LIMIT=str(limit),
                    **PHASE)
+        if TRACE and label:
+            (TRACE["dir"] / label).mkdir(parents=True, exist_ok=True)
+            env["GPUSLICE_COMPUTE_TRACE"] = str(TRACE["dir"] / label)
     return env
 
 
@@ -66,8 +71,10 @@ def run_pair(prog: Path, gpus: list[int], lib: Path | None, limit: int, steps: i
     """Both ranks of the IPC pair, one per entry of `gpus` (equal entries: one GPU)."""
     with tempfile.TemporaryDirectory(prefix="gs-ipc-") as d:
         region = Path(d) / "region"
+        label = f"{'one' if gpus[0] == gpus[-1] else 'two'}-gpu-{limit}"
         procs = [subprocess.Popen([str(prog), "pair", str(r), d, str(steps), str(compute_us)],
-                                  env=_env(lib, limit, region, uuids, g), stdout=subprocess.PIPE,
+                                  env=_env(lib, limit, region, uuids, g, label),
+                                  stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
                  for r, g in enumerate(gpus)]  # fmt: skip
         ranks, completed = [], True
@@ -112,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--disguised-seconds", type=float, default=4)
     ap.add_argument("--placements", default="two-gpus,one-gpu")
     ap.add_argument("--phase", action="store_true", help="GPUSLICE_COMPUTE_PHASE=1 (issue 21)")
+    ap.add_argument("--trace", type=Path, help="GPUSLICE_COMPUTE_TRACE: DIR/<placement>-<limit>")
     args = ap.parse_args(argv)
+    if args.trace:
+        TRACE["dir"] = args.trace
     PHASE["GPUSLICE_COMPUTE_PHASE"] = "1" if args.phase else "0"
     if not args.lib.is_file():
         sys.exit(f"collective_caps: no library at {args.lib}: build it (make -C native ZIG=)")

@@ -22,9 +22,13 @@
 #   BEFORE_LIB (an older libgpuslice.so for phase 5's before rounds; none by default),
 #   NCCL_ROUNDS (default "plain caps compute plain caps"; compute = one round per limit),
 #   COMPUTE_PHASE (1: GPUSLICE_COMPUTE_PHASE=1 in every compute round, the experimental in-phase
-#   holds of issue 21; default 0, the library's default)
+#   holds of issue 21; default 0, the library's default), ROUND_LIMIT (s, default 100: one NCCL
+#   round's limit), TRACE (1: every limited process writes GPUSLICE_COMPUTE_TRACE launch traces;
+#   trace_summary.py reads them into traces.md, and they come back as traces.txz)
 # Writes at most 8 files to RESULTS_DIR (the device tool brings back no more): run.log, env.json,
 #   pytest-junit.xml, gpu_tests.jsonl, inventory.json, nccl.json, summary.md, artifacts.tgz
+#   (with TRACE=1, traces.md and traces.txz instead of pytest-junit.xml and gpu_tests.jsonl: run
+#   it with PHASES without "tests")
 #   (collective_caps.json goes into artifacts.tgz and is summarised in summary.md).
 # NVLink multicast stays off (device docs): NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 #   NVSHMEM_DISABLE_NVLS=1 for every process started here.
@@ -126,9 +130,13 @@ nccl_round() {
     done
     [[ $label == *compute-* ]] && envs+=(CUDA_DEVICE_SM_LIMIT="${label##*compute-}"
                                          GPUSLICE_COMPUTE_PHASE="${COMPUTE_PHASE:-0}")
+    if [[ $label == *compute-* && ${TRACE:-0} == 1 ]]; then
+      mkdir -p "$WORK/trace-$round-$label"
+      envs+=(GPUSLICE_COMPUTE_TRACE="$WORK/trace-$round-$label")
+    fi
   fi
   echo "--- round $round: $label, $ranks ranks ${envs[*]}"
-  run_limited "$(limit 100)" "nccl_bench $label" env "${envs[@]}" \
+  run_limited "$(limit "${ROUND_LIMIT:-100}")" "nccl_bench $label" env "${envs[@]}" \
     python3 -m torch.distributed.run --standalone --nproc-per-node "$ranks" \
     "$HERE/nccl_bench.py" --label "$label" --out "$out" "$@" >"$WORK/nccl-$round-$label.log" 2>&1
   tail -5 "$WORK/nccl-$round-$label.log"
@@ -184,6 +192,7 @@ if [[ $BUILT == 1 ]]; then
       BEFORE=()
       [[ -n ${BEFORE_LIB:-} ]] && BEFORE=(--before-lib "$BEFORE_LIB" --before-timeout 15)
       [[ ${COMPUTE_PHASE:-0} == 1 ]] && BEFORE+=(--phase)
+      [[ ${TRACE:-0} == 1 ]] && BEFORE+=(--trace "$WORK/trace-coll")
       run_limited "$(limit 200)" "collective_caps.py" python3 "$HERE/collective_caps.py" \
         --out "$WORK" --limits "$(IFS=,; echo "${SM_LIMITS[*]}")" "${BEFORE[@]}"
     fi
@@ -191,7 +200,15 @@ if [[ $BUILT == 1 ]]; then
 fi
 
 phase "6. summary"
-tar czf "$RESULTS/artifacts.tgz" -C "$WORK" --exclude site . 2>/dev/null
+tar czf "$RESULTS/artifacts.tgz" -C "$WORK" --exclude site --exclude 'trace-*' . 2>/dev/null
+if [[ ${TRACE:-0} == 1 ]]; then
+  for d in "$WORK"/trace-*/ "$WORK"/trace-coll/*/; do
+    [[ -d $d ]] && ls "$d"compute-trace.*.tsv >/dev/null 2>&1 || continue
+    timeout 120 python3 "$HERE/trace_summary.py" "$d"; echo
+  done >"$RESULTS/traces.md" 2>&1
+  (cd "$WORK" && tar cf - trace-* | xz -T0 -6 >"$RESULTS/traces.txz")
+  ls -l "$RESULTS/traces.txz"
+fi
 COLL=()
 [[ -f $WORK/collective_caps.json ]] && COLL=(--collective "$WORK/collective_caps.json")
 python3 "$HERE/summarize.py" "$RESULTS" "${COLL[@]}" "${NCCL_RUNS[@]}" | tee "$RESULTS/summary.md"

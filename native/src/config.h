@@ -36,9 +36,9 @@ struct gs_config {
     int sm_limit;                       /* percent 1..99; 0 = unlimited (100 is stored as 0) */
     enum gs_compute_mode compute_mode;  /* GPUSLICE_COMPUTE_MODE=hard|work-conserving */
     int priority;                       /* CUDA_TASK_PRIORITY 0 (high, default) | 1 (low) */
-    int compute_phase;                  /* GPUSLICE_COMPUTE_PHASE=1: the container's ranks on
-                                           several GPUs launch in phase (compute/phase.h;
-                                           experimental, default 0) */
+    int compute_phase;                  /* GPUSLICE_COMPUTE_PHASE=1: the container's processes
+                                           hold together (compute/gang.h; experimental,
+                                           default 0) */
     int log_level;                      /* LIBCUDA_LOG_LEVEL 0 error .. 4 debug; default 2 (warn) */
     uint64_t mem_limit_default;         /* CUDA_DEVICE_MEMORY_LIMIT: indexes without their own limit */
     char device_uuids[GS_MAX_DEVICES][GS_UUID_LEN]; /* GPUSLICE_DEVICE_UUIDS: container index -> GPU */

@@ -3,8 +3,9 @@
  * region layout does not move when the compute fields change. Fixed-width fields only,
  * updated with C11 atomics; a process killed mid-update must leave them usable: the
  * budget is ONE word (tat_ns, a GCRA "theoretical arrival time") changed by CAS, so there
- * is no lock and nothing a dead process can hold. `held_until_ns` is a plain time (any value is
- * safe: a past one means nothing, a future one is bounded, compute/phase.h). The rest are statistics.
+ * is no lock and nothing a dead process can hold. The gang words of a process slot are plain
+ * times (any value is safe: a stale one lapses, a future one is bounded, compute/gang.h). The rest
+ * are statistics.
  * A zero-filled block is a valid initial state (full bucket). Docs: docs/compute.md. */
 #ifndef GPUSLICE_COMPUTE_SHARED_H
 #define GPUSLICE_COMPUTE_SHARED_H
@@ -13,7 +14,7 @@
 #include <stdint.h>
 
 #define GS_COMPUTE_DEVICE_BYTES 256
-#define GS_COMPUTE_PROC_BYTES 64
+#define GS_COMPUTE_PROC_BYTES 88
 
 /* Per device: the container's GPU-time budget, shared by all its processes.
  * Times are CLOCK_MONOTONIC nanoseconds of the host (a time namespace's offset taken out), GPU
@@ -33,16 +34,8 @@ struct gs_compute_device {
     _Atomic uint64_t last_demand_ns;  /* 64: last launch or throttle of any process */
     _Atomic uint64_t corrected_ns;    /* 72: other contexts' time slices taken out of batches */
     _Atomic uint64_t boot_id;         /* 80: boot the stored times belong to (hash, 0 = none yet) */
-    _Atomic uint64_t held_until_ns;   /* 88: a process here is held back by this budget until then;
-                                       * the container's processes on its other devices wait for it
-                                       * too (compute/phase.h: ranks of a job run in phase) */
-    _Atomic uint64_t idle_check_ns;   /* 96: last time a process here launched onto an idle GPU
-                                       * (every stream drained: a step boundary, phase.h) */
-    _Atomic uint64_t boundary_launches; /* 104: `launches` at that boundary: launches since
-                                         * then place a rank in its step (phase.h catch-up) */
-    _Atomic uint64_t partner[16];     /* 112: by device entry: step boundaries reached together
-                                       * with a process there in a row (0..8, phase.h) */
-    uint8_t reserved[GS_COMPUTE_DEVICE_BYTES - 240];
+    uint8_t reserved[GS_COMPUTE_DEVICE_BYTES - 88]; /* 88: used by an experimental build of
+                                       * issue 21 (stale values there mean nothing) */
 };
 
 /* Per process slot: what this process consumed and waited (metrics; nothing to reclaim). */
@@ -55,7 +48,10 @@ struct gs_compute_proc {
     _Atomic uint64_t last_launch_ns;  /* 40 */
     _Atomic uint64_t hold_max_ns;     /* 48: longest time one launch was held back */
     _Atomic int64_t hold_over_debt_ns; /* 56: most one hold exceeded what it owed when it began:
-                                        * its device's debt, or the hold it followed (phase.h) */
+                                        * its device's debt, or the gang's release (gang.h) */
+    _Atomic uint64_t gang_stop_ns;    /* 64: 0 running; else when it stopped for a gang hold */
+    _Atomic uint64_t gang_beat_ns;    /* 72: stopped: its latest check; bit 0: its GPU queue drained */
+    _Atomic uint64_t gang_release_ns; /* 80: stopped: when its own budget lets it go */
 };
 
 _Static_assert(sizeof(struct gs_compute_device) == GS_COMPUTE_DEVICE_BYTES, "region layout");
@@ -64,12 +60,10 @@ _Static_assert(offsetof(struct gs_compute_device, busy_ns) == 16, "region layout
 _Static_assert(offsetof(struct gs_compute_device, last_demand_ns) == 64, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, corrected_ns) == 72, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, boot_id) == 80, "region layout");
-_Static_assert(offsetof(struct gs_compute_device, held_until_ns) == 88, "region layout");
-_Static_assert(offsetof(struct gs_compute_device, idle_check_ns) == 96, "region layout");
-_Static_assert(offsetof(struct gs_compute_device, boundary_launches) == 104, "region layout");
-_Static_assert(offsetof(struct gs_compute_device, partner) == 112, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, inflight_ns) == 32, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, last_launch_ns) == 40, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, hold_over_debt_ns) == 56, "region layout");
+_Static_assert(offsetof(struct gs_compute_proc, gang_stop_ns) == 64, "region layout");
+_Static_assert(offsetof(struct gs_compute_proc, gang_release_ns) == 80, "region layout");
 
 #endif

@@ -24,12 +24,13 @@
 #include "real.h"
 #include "region.h"
 #include "state.h"
+#include "trace.h"
 
 int gs_compute_enabled;
 
 static struct {
     int pct, work_conserving, priority;
-    int phase;                     /* GPUSLICE_COMPUTE_PHASE: launch in phase across devices */
+    int phase;                     /* GPUSLICE_COMPUTE_PHASE: gang holds (gang.h) */
     char board_dir[GS_PATH_MAX];
     pthread_mutex_t mu;            /* creation of meters */
     struct gs_cmeter *meters;      /* every context seen launching, newest first; never freed */
@@ -85,7 +86,6 @@ static void gs_compute_adopt_boot(struct gs_compute_device *blk)
     if (seen == gs_c.boot_id || !atomic_compare_exchange_strong(&blk->boot_id, &seen, gs_c.boot_id))
         return;
     atomic_store(&blk->tat_ns, 0);
-    atomic_store(&blk->held_until_ns, 0);
     if (seen != 0)
         GS_INFO("compute: budget state from another boot reset");
 }
@@ -143,11 +143,14 @@ int gs_compute_init(void)
                 "invisible, running in hard mode; %s", cfg->agent_region
                 ? "the node agent mounts its board at " GS_AGENT_BOARD ": check its Allocate mounts"
                 : "mount a shared directory and set GPUSLICE_BOARD_DIR to it");
+    const char *trace = getenv("GPUSLICE_COMPUTE_TRACE");
+    if (trace && *trace)
+        gs_trace_open(trace);
     __atomic_store_n(&gs_compute_enabled, 1, __ATOMIC_RELEASE);
     GS_INFO("compute: limit %d%% of GPU time, %s mode, priority %d, board %s%s", pct,
             gs_c.work_conserving ? "work-conserving" : "hard", gs_c.priority,
             gs_c.board_dir[0] ? gs_c.board_dir : "(none)",
-            gs_c.phase ? ", ranks on several GPUs launch in phase (experimental)" : "");
+            gs_c.phase ? ", the container's processes hold together (experimental)" : "");
     return 0;
 }
 
@@ -195,6 +198,18 @@ static struct gs_board *gs_compute_board(int dev)
     return map;
 }
 
+static int gs_compute_slots(void *ctx)
+{
+    (void)ctx;
+    return gs_region_slot_count();
+}
+
+static struct gs_compute_proc *gs_compute_slot(void *ctx, int i)
+{
+    (void)ctx;
+    return gs_region_compute_proc_at(i);
+}
+
 static struct gs_cmeter *gs_compute_create(CUcontext ctx)
 {
     PFN_cuCtxGetDevice_v2000 get_dev = gs_real_cuCtxGetDevice;
@@ -214,17 +229,15 @@ static struct gs_cmeter *gs_compute_create(CUcontext ctx)
     cm->device = (int)dev;
     pthread_mutex_init(&cm->mu, NULL);
     gs_meter_init(&cm->meter, &gs_timing_ops, &cm->timing, blk, gs_region_compute_proc(), gs_c.pct);
-    for (int e = 0; e < GS_REGION_MAX_DEVICES && gs_c.phase; e++) { /* other devices (phase.h) */
-        if (gs_region_compute_device(e) == blk)
-            gs_phase_self(&cm->meter.phase, e);
-        else
-            gs_phase_add(&cm->meter.phase, gs_region_compute_device(e), e);
-    }
-    /* devices this process launches on itself are in phase through its own threads */
-    for (struct gs_cmeter *o = gs_c.meters; o; o = o->next) {
-        gs_phase_mine(&cm->meter.phase, o->meter.dev);
-        gs_phase_mine(&o->meter.phase, blk);
-    }
+    /* gang holds with the container's other processes (gang.h); a process of several contexts
+     * publishes one state for all of them, so it holds on its own, as before issue 21 */
+    cm->meter.gang = (struct gs_gang){.self = gs_region_compute_proc(), .count = gs_compute_slots,
+                                      .at = gs_compute_slot, .on = gs_c.phase && !gs_c.meters};
+    for (struct gs_cmeter *o = gs_c.meters; o; o = o->next)
+        o->meter.gang.on = 0;
+    cm->meter.ordinal = (int)dev;
+    if (gs_trace_on())
+        cm->meter.on_batch = gs_trace_batch;
     cm->meter.work_conserving = gs_c.work_conserving;
     cm->meter.priority = gs_c.priority;
     gs_compute_adopt_boot(blk);
@@ -279,6 +292,7 @@ static void gs_compute_fork_child(void)
     for (struct gs_cmeter *cm = gs_c.meters; cm; cm = cm->next) {
         cm->mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
         gs_board_client_forked(&cm->board, gs_c.token, (int)getpid());
+        cm->meter.gang.on = 0; /* its words are the parent's slot */
     }
 }
 

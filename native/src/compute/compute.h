@@ -7,5 +7,8 @@
 
 /* 0 ok (or nothing to do), -1 if the compute limit cannot be enforced (logged). */
 int gs_compute_init(void);
+/* The app is about to wait for the GPU (src/mem/sync.c): the meter of the current context
+ * measures what the wait is for (meter.h gs_meter_sync). One relaxed load without a limit. */
+void gs_compute_sync(void);
 
 #endif

@@ -10,14 +10,18 @@
 #define _GNU_SOURCE
 #include <time.h>
 
+#include "compute.h"
 #include "hooks.h"
 #include "log.h"
+#include "real.h"
 #include "state.h"
+#include "trace.h"
 
 struct gs_gate {
     struct gs_cmeter *cm;
     uintptr_t stream;
     uint64_t key;     /* gs_clean_key: what was launched (clean durations per key) */
+    int64_t enter, admit, owed, gang; /* for the trace (trace.h) */
 };
 
 static void gs_gate_sleep(int64_t ns)
@@ -50,8 +54,11 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     int swapped = exchange && exchange(&mode) == CUDA_SUCCESS;
     int64_t waited = 0, due = 0; /* due: when what this launch owes is paid (last check) */
+    g->enter = g->owed = g->gang = 0;
     for (;;) {
         int64_t now = gs_compute_now_ns();
+        if (!g->enter)
+            g->enter = now;
         pthread_mutex_lock(&cm->mu);
         if (cm->board.board)
             gs_meter_set_others(&cm->meter, gs_board_tick(&cm->board, now, cm->meter.busy_total));
@@ -67,8 +74,12 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
             int64_t owed = gs_meter_debt_ns(&cm->meter, now);
             if (owed > 0 || waited == 0)
                 due = now + owed;
+            if (waited == 0)
+                g->owed = owed;
+            g->gang = cm->meter.gang.release_ns > now ? cm->meter.gang.release_ns - now : 0;
         }
         if (w <= 0) {
+            g->admit = now;
             if (waited > 0)
                 gs_meter_note_hold(&cm->meter, waited, now - due);
             gs_meter_before(&cm->meter, st, now);
@@ -86,17 +97,47 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
     return 1;
 }
 
-static void gs_gate_close(struct gs_gate *g, enum gs_launch_kind kind, CUresult r)
+void gs_compute_sync(void)
+{
+    if (__builtin_expect(!__atomic_load_n(&gs_compute_enabled, __ATOMIC_RELAXED), 1))
+        return;
+    struct gs_cmeter *cm = gs_compute_current();
+    if (!cm)
+        return;
+    pthread_mutex_lock(&cm->mu);
+    gs_meter_sync(&cm->meter, gs_compute_now_ns());
+    pthread_mutex_unlock(&cm->mu);
+}
+
+/* One launch's trace line (trace.h), named the first time its key is seen. */
+static void gs_gate_trace(struct gs_gate *g, enum gs_launch_kind kind, CUfunction f)
+{
+    struct gs_meter *m = &g->cm->meter;
+    const char *name = NULL;
+    if (gs_trace_new_key(g->key)) {
+        PFN_cuFuncGetName_v12030 get_name = gs_real_cuFuncGetName;
+        if (kind == GS_LAUNCH_GRAPH)
+            name = "graph";
+        else if (!f || !get_name || get_name(&name, f) != CUDA_SUCCESS || !name)
+            name = "?";
+    }
+    gs_trace_launch(g->cm->device, g->enter, g->admit, g->stream, g->key, kind, g->owed, g->gang,
+                    m->gang.catchup, m->gang_flags, name);
+}
+
+static void gs_gate_close(struct gs_gate *g, enum gs_launch_kind kind, CUresult r, CUfunction f)
 {
     if (r != CUDA_SUCCESS)
         return; /* the batch's end event still marks its last successful launch */
     pthread_mutex_lock(&g->cm->mu);
     gs_meter_after_key(&g->cm->meter, g->stream, kind, g->key, gs_compute_now_ns());
     gs_board_set_inflight(&g->cm->board, g->cm->meter.inflight_ns);
+    if (gs_trace_on())
+        gs_gate_trace(g, kind, f);
     pthread_mutex_unlock(&g->cm->mu);
 }
 
-#define GS_GATED(realname, stream, ptsz, kind, keyexpr, call)                           \
+#define GS_GATED(realname, stream, ptsz, kind, keyexpr, fn, call)                       \
     do {                                                                               \
         __typeof__(gs_real_##realname) real = GS_REAL(realname);                       \
         if (!real)                                                                     \
@@ -106,7 +147,7 @@ static void gs_gate_close(struct gs_gate *g, enum gs_launch_kind kind, CUresult 
             return real call;                                                          \
         g.key = (keyexpr);                                                             \
         CUresult r = real call;                                                        \
-        gs_gate_close(&g, (kind), r);                                                  \
+        gs_gate_close(&g, (kind), r, (fn));                                            \
         return r;                                                                      \
     } while (0)
 
@@ -126,35 +167,35 @@ CUresult gs_launch_kernel(CUfunction f, unsigned int gx, unsigned int gy, unsign
                           unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                           CUstream s, void **params, void **extra)
 {
-    GS_GATED(cuLaunchKernel, s, 0, GS_LAUNCH_KERNEL, GS_KERNEL_KEY, (GS_KERNEL_ARGS));
+    GS_GATED(cuLaunchKernel, s, 0, GS_LAUNCH_KERNEL, GS_KERNEL_KEY, f, (GS_KERNEL_ARGS));
 }
 
 CUresult gs_launch_kernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                unsigned int bx, unsigned int by, unsigned int bz,
                                unsigned int shmem, CUstream s, void **params, void **extra)
 {
-    GS_GATED(cuLaunchKernel_ptsz, s, 1, GS_LAUNCH_KERNEL, GS_KERNEL_KEY, (GS_KERNEL_ARGS));
+    GS_GATED(cuLaunchKernel_ptsz, s, 1, GS_LAUNCH_KERNEL, GS_KERNEL_KEY, f, (GS_KERNEL_ARGS));
 }
 
 CUresult gs_launch_kernel_ex(const CUlaunchConfig *config, CUfunction f, void **params,
                              void **extra)
 {
     GS_GATED(cuLaunchKernelEx, config ? config->hStream : NULL, 0, GS_LAUNCH_KERNEL, GS_EX_KEY,
-             (config, f, params, extra));
+             f, (config, f, params, extra));
 }
 
 CUresult gs_launch_kernel_ex_ptsz(const CUlaunchConfig *config, CUfunction f, void **params,
                                   void **extra)
 {
     GS_GATED(cuLaunchKernelEx_ptsz, config ? config->hStream : NULL, 1, GS_LAUNCH_KERNEL,
-             GS_EX_KEY, (config, f, params, extra));
+             GS_EX_KEY, f, (config, f, params, extra));
 }
 
 CUresult gs_launch_cooperative(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                unsigned int bx, unsigned int by, unsigned int bz,
                                unsigned int shmem, CUstream s, void **params)
 {
-    GS_GATED(cuLaunchCooperativeKernel, s, 0, GS_LAUNCH_KERNEL, GS_KERNEL_KEY, (GS_COOP_ARGS));
+    GS_GATED(cuLaunchCooperativeKernel, s, 0, GS_LAUNCH_KERNEL, GS_KERNEL_KEY, f, (GS_COOP_ARGS));
 }
 
 CUresult gs_launch_cooperative_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
@@ -162,16 +203,16 @@ CUresult gs_launch_cooperative_ptsz(CUfunction f, unsigned int gx, unsigned int 
                                     unsigned int bz, unsigned int shmem, CUstream s,
                                     void **params)
 {
-    GS_GATED(cuLaunchCooperativeKernel_ptsz, s, 1, GS_LAUNCH_KERNEL, GS_KERNEL_KEY,
+    GS_GATED(cuLaunchCooperativeKernel_ptsz, s, 1, GS_LAUNCH_KERNEL, GS_KERNEL_KEY, f,
              (GS_COOP_ARGS));
 }
 
 CUresult gs_launch_graph(CUgraphExec exec, CUstream s)
 {
-    GS_GATED(cuGraphLaunch, s, 0, GS_LAUNCH_GRAPH, GS_GRAPH_KEY, (exec, s));
+    GS_GATED(cuGraphLaunch, s, 0, GS_LAUNCH_GRAPH, GS_GRAPH_KEY, NULL, (exec, s));
 }
 
 CUresult gs_launch_graph_ptsz(CUgraphExec exec, CUstream s)
 {
-    GS_GATED(cuGraphLaunch_ptsz, s, 1, GS_LAUNCH_GRAPH, GS_GRAPH_KEY, (exec, s));
+    GS_GATED(cuGraphLaunch_ptsz, s, 1, GS_LAUNCH_GRAPH, GS_GRAPH_KEY, NULL, (exec, s));
 }

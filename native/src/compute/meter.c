@@ -136,6 +136,8 @@ static void gs_meter_account(struct gs_meter *m, struct gs_batch *b, int64_t now
     else if (n > 0 && k == 0)
         m->est_ns[GS_LAUNCH_GRAPH] = gs_meter_ema(m->est_ns[1], charge / n);
     m->busy_total += (uint64_t)busy;
+    if (m->on_batch)
+        m->on_batch(m, b, span, charge, busy, now);
     gs_budget_debit(m->dev, m->pct, now, busy, m->borrowing);
     atomic_fetch_add_explicit(&m->dev->busy_ns, (uint64_t)busy, GS_RELAXED);
     if (m->borrowing)
@@ -144,13 +146,37 @@ static void gs_meter_account(struct gs_meter *m, struct gs_batch *b, int64_t now
         atomic_fetch_add_explicit(&m->proc->busy_ns, (uint64_t)busy, GS_RELAXED);
 }
 
+/* Re-record batch b's end event after its tail (the launches after the last record) while its
+ * stream still runs them: 1 done. */
+static int gs_meter_cover_tail(struct gs_meter *m, struct gs_batch *b)
+{
+    if (b->tail_ns == 0 || !b->end || !m->ops->stream_busy ||
+        m->ops->stream_busy(m->ctx, b->stream) != 1)
+        return 0;
+    void *end = m->ops->ev_record(m->ctx, b->stream, b->end);
+    if (!end)
+        return 0;
+    b->end = end;
+    b->covered = b->launches[0] + b->launches[1];
+    b->covered_mixed = b->mixed;
+    b->tail_ns = 0;
+    return 1;
+}
+
+void gs_meter_sync(struct gs_meter *m, int64_t now)
+{
+    (void)now;
+    for (int i = 0; i < m->n_open; i++)
+        gs_meter_cover_tail(m, &m->open[i]);
+}
+
 void gs_meter_poll(struct gs_meter *m, int64_t now)
 {
     for (int i = m->n_open - 1; i >= 0; i--) { /* streams that went idle: close now */
         struct gs_batch *b = &m->open[i];
         if (b->end && now - b->last_ns >= GS_METER_IDLE_PROBE_NS &&
-            m->ops->ev_done(m->ctx, b->end) != 0)
-            gs_meter_close(m, i);
+            m->ops->ev_done(m->ctx, b->end) != 0 && !gs_meter_cover_tail(m, b))
+            gs_meter_close(m, i); /* (a tail the stream still runs is measured first) */
     }
     for (int i = 0; i < m->n_pending;) {
         struct gs_batch *b = &m->pending[i];
@@ -196,65 +222,58 @@ static int64_t gs_meter_owed(const struct gs_meter *m)
 int64_t gs_meter_debt_ns(struct gs_meter *m, int64_t now)
 {
     int64_t own = gs_budget_wait_ns(m->dev, m->pct, now, gs_meter_owed(m));
-    int64_t follow = gs_phase_follow_ns(&m->phase, m->dev, now);
-    return own > follow ? own : follow;
+    int64_t gang = m->gang.stopped && m->gang.release_ns > now ? m->gang.release_ns - now : 0;
+    return own > gang ? own : gang;
+}
+
+/* The wake-up quantum of a process held back alone (see meter.h). */
+static int64_t gs_meter_quantum(struct gs_meter *m, int64_t now)
+{
+    int shared = m->clean.others && m->correctable >= 192;
+    int64_t quantum = GS_BUDGET_WINDOW_NS * m->pct / 100 / (shared ? 2 : 5);
+    int64_t qmax = shared ? GS_METER_QUANTUM_SHARED_NS : GS_METER_QUANTUM_NS;
+    if (quantum > qmax)
+        quantum = qmax;
+    if (gs_meter_ahead(m, now))
+        quantum *= 2;
+    return quantum;
+}
+
+/* The container's other processes are active: stop and go with them (gang.h). -1: none is. */
+static int64_t gs_meter_gang(struct gs_meter *m, int64_t now, int64_t inflight, int64_t wait)
+{
+    int64_t release = now;
+    if (wait > 0) {
+        int64_t quantum = GS_BUDGET_WINDOW_NS * m->pct / 100 / 2;
+        if (quantum > GS_GANG_QUANTUM_NS)
+            quantum = GS_GANG_QUANTUM_NS;
+        release = now + gs_budget_wait_ns(m->dev, m->pct, now, inflight + quantum);
+    }
+    int drained = m->n_open == 0 && m->n_pending == 0;
+    int64_t w = gs_gang_admit(&m->gang, now, wait, release, drained, m->inflight_ns,
+                              m->last_launch_ns);
+    m->gang_flags = (w >= 0) | m->gang.stopped << 1;
+    return w;
 }
 
 int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
 {
     gs_meter_poll(m, now);
-    if (m->n_pending >= GS_METER_PENDING_MAX || m->unknown > 0) {
-        m->self_drained = 1; /* the GPU drains because we wait: no step boundary of the app */
+    if (m->n_pending >= GS_METER_PENDING_MAX || m->unknown > 0)
         return GS_METER_POLL_NS; /* GPU far behind, or cost still unknown: measure first */
-    }
     if (m->borrowing)
         return m->inflight_ns > GS_METER_BORROW_INFLIGHT_NS ? GS_METER_POLL_NS : 0;
     int64_t inflight = gs_meter_owed(m);
     int64_t wait = gs_budget_wait_ns(m->dev, m->pct, now, inflight);
-    /* another device of the container is active: holds are taken at step boundaries (every
-     * stream drained), where no collective of ours is in flight (phase.h) */
-    /* a step boundary: every stream drained, and not our first launch (processes that merely
-     * start together are no partners) */
-    int idle = m->phase.n > 0 && m->n_open == 0 && m->n_pending == 0 && m->launched &&
-               !m->self_drained;
-    if (idle && m->boundary_since == 0) /* once per boundary: partners are judged here */
-        gs_phase_judge(&m->phase, m->dev, now);
-    int coupled = m->phase.n > 0 && gs_phase_coupled(&m->phase, m->dev, now);
-    int boundary = coupled && idle;
-    if (wait > 0 && coupled && !boundary && wait < GS_PHASE_OVERDRAFT_NS)
-        wait = 0; /* mid-step: carried to the boundary, still charged in full */
-    if (wait > 0) { /* held back: sleep until a quantum more has accrued (re-planned each call) */
-        int shared = m->clean.others && m->correctable >= 192;
-        int64_t quantum = GS_BUDGET_WINDOW_NS * m->pct / 100 / (shared ? 2 : 5);
-        int64_t qmax = shared ? GS_METER_QUANTUM_SHARED_NS : GS_METER_QUANTUM_NS;
-        if (quantum > qmax)
-            quantum = qmax;
-        if (gs_meter_ahead(m, now))
-            quantum *= 2;
-        m->held_until = now + gs_budget_wait_ns(m->dev, m->pct, now, inflight + quantum);
-        if (m->phase.n > 0)
-            gs_phase_publish(m->dev, m->held_until); /* the other devices wait for it too */
+    if (m->gang.on) {
+        int64_t w = gs_meter_gang(m, now, inflight, wait);
+        if (w >= 0)
+            return w;
     }
-    if (idle && m->boundary_since == 0) { /* after our hold is published: peers see both */
-        gs_phase_mark_boundary(m->dev, now);
-        m->boundary_since = now;
-    }
-    int64_t own = now < m->held_until ? m->held_until - now : 0;
-    int64_t follow = gs_phase_follow_ns(&m->phase, m->dev, now);
-    int64_t w = own > follow ? own : follow;
-    if (w > 0 && coupled && !boundary && m->catchup < GS_PHASE_CATCHUP &&
-        gs_phase_behind(&m->phase, m->dev, now)) {
-        m->catchup++; /* a mid-step hold: first reach the launch the rank ahead stopped at */
-        return 0;
-    }
-    if (w == 0 || boundary)
-        m->catchup = 0;
-    if (w == 0 && boundary && now - m->boundary_since < GS_PHASE_BARRIER_NS &&
-        !gs_phase_peers_at_boundary(&m->phase, m->dev, m->last_launch_ns, now))
-        w = GS_PHASE_POLL_NS; /* a peer of this step has not decided its hold yet */
-    if (w == 0)
-        m->boundary_since = 0;
-    return w;
+    if (wait > 0) /* held back: sleep until a quantum more has accrued (re-planned each call) */
+        m->held_until = now + gs_budget_wait_ns(m->dev, m->pct, now,
+                                                inflight + gs_meter_quantum(m, now));
+    return now < m->held_until ? m->held_until - now : 0;
 }
 
 static int gs_meter_full(const struct gs_batch *b, int64_t now)
@@ -310,8 +329,6 @@ void gs_meter_after_key(struct gs_meter *m, uintptr_t stream, enum gs_launch_kin
     atomic_fetch_add_explicit(&m->dev->launches, 1, GS_RELAXED);
     atomic_store_explicit(&m->dev->last_demand_ns, (uint64_t)now, GS_RELAXED);
     m->last_launch_ns = now;
-    m->launched = 1;
-    m->self_drained = 0;
     if (m->proc) {
         atomic_fetch_add_explicit(&m->proc->launches, 1, GS_RELAXED);
         atomic_store_explicit(&m->proc->last_launch_ns, (uint64_t)now, GS_RELAXED);
@@ -351,6 +368,8 @@ void gs_meter_after_key(struct gs_meter *m, uintptr_t stream, enum gs_launch_kin
         b->est_ns += est;
         m->inflight_ns += est;
     }
+    if (m->proc) /* the gang reads it: is this queue done, or waiting? (gang.h) */
+        atomic_store_explicit(&m->proc->inflight_ns, m->inflight_ns, GS_RELAXED);
 }
 
 void gs_meter_note_wait(struct gs_meter *m, int64_t ns)

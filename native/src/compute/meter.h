@@ -4,7 +4,7 @@
  * cost estimate (pre-debited while work is in flight), the union of busy spans (overlapping
  * streams of one process are counted once), the work-conserving board decision, the wake-up
  * quantum (larger next to other contexts), the fairness between one container's processes, and
- * launching in phase with the container's other devices (phase.h).
+ * the gang holds of the container's processes (gang.h).
  * Does not: call CUDA (events go through gs_meter_ops), sleep, lock (launch.c holds a mutex).
  * Pure and deterministic given the ops and `now`; the simulator drives it with a fake GPU.
  * Failure: an ops error drops that batch (under-counts, never blocks); see docs/compute.md.
@@ -17,7 +17,7 @@
 
 #include "clean.h"
 #include "gpuslice/compute_shared.h"
-#include "phase.h"
+#include "gang.h"
 
 #define GS_METER_STREAMS 16
 #define GS_METER_PENDING 32
@@ -60,6 +60,8 @@ struct gs_meter_ops {
     int (*ev_done)(void *ctx, void *ev);                       /* 1 done, 0 not yet, <0 error */
     int (*ev_time_ns)(void *ctx, void *ev, int64_t *t);        /* 0 ok: GPU-timeline ns */
     void (*ev_release)(void *ctx, void *ev);
+    int (*stream_busy)(void *ctx, uintptr_t stream);           /* 1 busy, 0 idle, <0 error;
+                                                                 * NULL: not known */
 };
 
 struct gs_batch {
@@ -114,17 +116,17 @@ struct gs_meter {
     struct gs_span spans[GS_METER_SPANS];
     int n_spans;
     struct gs_clean clean;           /* clean per-launch durations (time-slice correction) */
-    struct gs_phase phase;           /* the container's other devices: launch in phase with them */
-    int64_t last_launch_ns;          /* this meter's latest launch (phase: step boundaries) */
-    int launched;                    /* 1 once it launched (its first launch is no boundary) */
-    int self_drained;                /* the GPU went idle because we waited to measure it (first
-                                      * cost, queue bound), not at the app's sync: no boundary */
-    int64_t boundary_since;          /* at a step boundary, waiting for the peers' since then */
-    int catchup;                     /* launches made behind a held peer to reach its count */
+    struct gs_gang gang;             /* the container's processes stop and go together */
+    int64_t last_launch_ns;          /* this meter's latest launch */
     int correctable;                 /* EMA of "the batch's key could be corrected", 0..256 */
     uint64_t busy_total;             /* GPU ns this meter charged (published on the board) */
     uint64_t batches;                /* batches measured */
     uint64_t dropped;                /* batches lost to ops errors */
+    int gang_flags;                  /* the last admit's: 1 in a gang, 2 stopped */
+    int ordinal;                     /* CUDA device ordinal (for the trace) */
+    /* Called for every measured batch (trace.h), NULL = none. */
+    void (*on_batch)(const struct gs_meter *m, const struct gs_batch *b, int64_t span,
+                     int64_t charge, int64_t busy, int64_t now);
 };
 
 void gs_meter_init(struct gs_meter *m, const struct gs_meter_ops *ops, void *ctx,
@@ -139,13 +141,18 @@ void gs_meter_after_key(struct gs_meter *m, uintptr_t stream, enum gs_launch_kin
                         uint64_t key, int64_t now);
 /* gs_meter_after_key with key 0. */
 void gs_meter_after(struct gs_meter *m, uintptr_t stream, enum gs_launch_kind kind, int64_t now);
+/* The app is about to wait for the GPU (a stream, event or context sync): a batch whose last
+ * launches went after its end event's record (its tail, counted by estimate) and whose stream
+ * is still busy gets its end event again, so what the sync waits for is measured, not
+ * estimated (a collective that spins there, a kernel far longer than the estimate). */
+void gs_meter_sync(struct gs_meter *m, int64_t now);
 /* Close idle batches and reconcile whatever completed (also done inside admit). */
 void gs_meter_poll(struct gs_meter *m, int64_t now);
 /* Throttle accounting: the caller held one launch back for `ns` in total. */
 void gs_meter_note_wait(struct gs_meter *m, int64_t ns);
 /* What a launch held now owes, ns: the wall time this device's budget needs to pay what was
- * charged and is in flight (own work and the peers' share admit counts), or the hold of another
- * device of the container it follows (phase.h), whichever is longer. */
+ * charged and is in flight (own work and the peers' share admit counts), or the gang's release
+ * it waits for (gang.h), whichever is longer. */
 int64_t gs_meter_debt_ns(struct gs_meter *m, int64_t now);
 /* gs_meter_note_wait, and the hold's statistics: `over_ns` = how long it went on after what
  * it owed was paid (release time - the pay time gs_meter_debt_ns gave at its last check). */

@@ -113,8 +113,16 @@ static void gs_timing_release(void *ctx, void *ev)
         gs_timing_put(t, (CUevent)ev);
 }
 
+static int gs_timing_stream_busy(void *ctx, uintptr_t stream)
+{
+    (void)ctx;
+    PFN_cuStreamQuery_v2000 query = gs_real_cuStreamQuery;
+    CUresult r = query ? query((CUstream)stream) : CUDA_ERROR_NOT_FOUND;
+    return r == CUDA_ERROR_NOT_READY ? 1 : r == CUDA_SUCCESS ? 0 : -1;
+}
+
 const struct gs_meter_ops gs_timing_ops = {
-    gs_timing_record, gs_timing_done, gs_timing_time, gs_timing_release,
+    gs_timing_record, gs_timing_done, gs_timing_time, gs_timing_release, gs_timing_stream_busy,
 };
 
 void gs_timing_clear(struct gs_timing *t)

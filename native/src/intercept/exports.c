@@ -25,11 +25,13 @@ const struct gs_hook gs_hooks[] = {
 #define HOOK(name, handler, pfn) {#name, (void *)gs_export_##name, (void **)&gs_real_##name, GS_HOOK_MEM},
 #define HOOK_ALWAYS(name, handler, pfn) {#name, (void *)gs_export_##name, (void **)&gs_real_##name, GS_HOOK_ALWAYS},
 #define HOOK_COMPUTE(name, handler, pfn) {#name, (void *)gs_export_##name, (void **)&gs_real_##name, GS_HOOK_COMPUTE},
+#define HOOK_SYNC(name, handler, pfn) {#name, (void *)gs_export_##name, (void **)&gs_real_##name, GS_HOOK_SYNC},
 #define HOOK_NVML(name, handler, pfn) {#name, (void *)gs_export_##name, (void **)&gs_real_##name, GS_HOOK_NVML},
 #include "../hooks.def"
 #undef HOOK
 #undef HOOK_ALWAYS
 #undef HOOK_COMPUTE
+#undef HOOK_SYNC
 #undef HOOK_NVML
 };
 const int gs_hook_count = (int)(sizeof gs_hooks / sizeof gs_hooks[0]);
@@ -44,6 +46,7 @@ int gs_hook_kind_active(int kind)
         const struct gs_region_header *h = gs_region();
         return (h ? h->sm_limit : c->sm_limit) > 0;
     }
+    case GS_HOOK_SYNC: return gs_hook_kind_active(GS_HOOK_MEM) || gs_hook_kind_active(GS_HOOK_COMPUTE);
     default: return c->mem_limited || !c->valid;
     }
 }

@@ -2,7 +2,9 @@
 #ifndef GS_INTERCEPT_H
 #define GS_INTERCEPT_H
 
-enum gs_hook_kind { GS_HOOK_MEM = 0, GS_HOOK_ALWAYS = 1, GS_HOOK_COMPUTE = 2, GS_HOOK_NVML = 3 };
+/* SYNC: active when a memory or a compute limit is (pools release memory there; the meter
+ * measures the launches a sync waits for, compute/meter.h) */
+enum gs_hook_kind { GS_HOOK_MEM = 0, GS_HOOK_ALWAYS = 1, GS_HOOK_COMPUTE = 2, GS_HOOK_NVML = 3, GS_HOOK_SYNC = 4 };
 
 struct gs_hook {
     const char *name;  /* exported ABI symbol */

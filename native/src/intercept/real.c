@@ -42,11 +42,13 @@ static void gs_cuda_resolve(void)
 #define HOOK(name, handler, pfn) gs_real_##name = (pfn)gs_real_dlsym(gs_cuda_handle, #name);
 #define HOOK_ALWAYS HOOK
 #define HOOK_COMPUTE HOOK
+#define HOOK_SYNC HOOK
 #define HOOK_NVML(name, handler, pfn)
 #include "../hooks.def"
 #undef HOOK
 #undef HOOK_ALWAYS
 #undef HOOK_COMPUTE
+#undef HOOK_SYNC
 #undef HOOK_NVML
 #define REAL(name, pfn) gs_real_##name = (pfn)gs_real_dlsym(gs_cuda_handle, #name);
 #define REAL_NVML(name, pfn)
@@ -65,11 +67,13 @@ static void gs_nvml_resolve(void)
 #define HOOK(name, handler, pfn)
 #define HOOK_ALWAYS HOOK
 #define HOOK_COMPUTE HOOK
+#define HOOK_SYNC HOOK
 #define HOOK_NVML(name, handler, pfn) gs_real_##name = (pfn)gs_real_dlsym(gs_nvml_handle, #name);
 #include "../hooks.def"
 #undef HOOK
 #undef HOOK_ALWAYS
 #undef HOOK_COMPUTE
+#undef HOOK_SYNC
 #undef HOOK_NVML
 #define REAL(name, pfn)
 #define REAL_NVML(name, pfn) gs_real_##name = (pfn)gs_real_dlsym(gs_nvml_handle, #name);

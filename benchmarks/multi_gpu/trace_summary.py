@@ -1,0 +1,174 @@
+"""Read the compute controller's launch traces (GPUSLICE_COMPUTE_TRACE, native/src/compute/trace.h)
+of one run's processes and say where the time went: per process its launches, holds and charged
+GPU time; the collectives of the ranks side by side (the n-th NCCL kernel of each process, or with
+--key-pattern any kernel name), how far apart their launches went and what held the late one; the
+longest holds and batches; and every process's lines around the longest hold, merged on one clock.
+
+Usage: python3 benchmarks/multi_gpu/trace_summary.py DIR [--key-pattern REGEX] [--window-ms 30]
+Prints markdown. stdlib only (it runs on the bare GPU machine)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Launch:
+    enter: int
+    admit: int
+    device: int
+    stream: str
+    key: str
+    owed: int
+    gang: int
+    catchup: int
+    flags: int
+
+    @property
+    def held(self) -> int:
+        return self.admit - self.enter
+
+
+@dataclass
+class Batch:
+    now: int
+    device: int
+    stream: str
+    span: int
+    charge: int
+    busy: int
+    launches: int
+    key: str
+
+
+@dataclass
+class Proc:
+    pid: str
+    launches: list[Launch] = field(default_factory=list)
+    batches: list[Batch] = field(default_factory=list)
+    names: dict[str, str] = field(default_factory=dict)
+    truncated: bool = False
+
+
+def load(path: Path) -> Proc:
+    p = Proc(path.name.split(".")[1])
+    for line in path.read_text(errors="replace").splitlines():
+        f = line.split("\t")
+        if f[0] == "L" and len(f) == 11:
+            p.launches.append(Launch(int(f[1]), int(f[2]), int(f[3]), f[4], f[5], int(f[7]),
+                                     int(f[8]), int(f[9]), int(f[10])))
+        elif f[0] == "B" and len(f) == 10:
+            p.batches.append(Batch(int(f[1]), int(f[2]), f[3], int(f[4]), int(f[5]), int(f[6]),
+                                   int(f[7]), f[8]))
+        elif f[0] == "N" and len(f) == 3:
+            p.names[f[1]] = f[2]
+        elif f[0] == "X":
+            p.truncated = True
+    return p
+
+
+def ms(ns: float) -> str:
+    return f"{ns / 1e6:.2f}"
+
+
+def short(name: str) -> str:
+    return name if len(name) <= 48 else name[:45] + "..."
+
+
+def summarize(procs: list[Proc], pattern: re.Pattern[str], window_ms: float) -> str:
+    names: dict[str, str] = {}
+    for p in procs:
+        names.update(p.names)
+    t0 = min((p.launches[0].enter for p in procs if p.launches), default=0)
+    out = ["| pid | device | launches | held s | holds > 10 ms | longest hold ms | charged GPU s |"
+           " batches | truncated |", "|---|---|---|---|---|---|---|---|---|"]
+    for p in procs:
+        held = [x.held for x in p.launches]
+        devs = sorted({x.device for x in p.launches})
+        out.append(f"| {p.pid} | {devs} | {len(p.launches)} | {sum(held) / 1e9:.2f} | "
+                   f"{sum(h > 10_000_000 for h in held)} | {ms(max(held, default=0))} | "
+                   f"{sum(b.busy for b in p.batches) / 1e9:.3f} | {len(p.batches)} | "
+                   f"{p.truncated} |")
+    # the n-th matching kernel of every process, side by side
+    colls = {p.pid: [x for x in p.launches if pattern.search(names.get(x.key, ""))]
+             for p in procs}
+    n = min((len(v) for v in colls.values()), default=0)
+    out += ["", f"## Collectives ({n} matched in every process, pattern `{pattern.pattern}`)"]
+    if n and len(procs) > 1:
+        skews = []
+        for i in range(n):
+            admits = [colls[p.pid][i].admit for p in procs]
+            skews.append(max(admits) - min(admits))
+        out.append(f"launch skew ms: p50 {ms(statistics.median(skews))}, p90 "
+                   f"{ms(sorted(skews)[int(0.9 * (n - 1))])}, max {ms(max(skews))}; "
+                   f"> 5 ms: {sum(s > 5e6 for s in skews)} of {n}")
+        out += ["", "first 25 with a skew > 5 ms (t = admit of the late one, from the first "
+                "launch; per process: held ms, owed ms, gang ms, catchup, flags)",
+                "", "| # | t s | skew ms | " + " | ".join(p.pid for p in procs) + " |",
+                "|---|---|---|" + "---|" * len(procs)]
+        shown = 0
+        for i, s in enumerate(skews):
+            if s <= 5e6 or shown >= 25:
+                continue
+            shown += 1
+            cells = [colls[p.pid][i] for p in procs]
+            late = max(c.admit for c in cells)
+            out.append(f"| {i} | {(late - t0) / 1e9:.3f} | {ms(s)} | " + " | ".join(
+                f"{ms(c.held)} / {ms(c.owed)} / {ms(c.gang)} / {c.catchup} / {c.flags}"
+                for c in cells) + " |")
+    # longest holds and batches
+    holds = sorted(((x.held, p.pid, x) for p in procs for x in p.launches), key=lambda h: -h[0])
+    out += ["", "## Longest holds", "", "| pid | t s | held ms | owed ms | gang ms | catchup |"
+            " flags | kernel |", "|---|---|---|---|---|---|---|---|"]
+    for held, pid, x in holds[:15]:
+        out.append(f"| {pid} | {(x.enter - t0) / 1e9:.3f} | {ms(held)} | {ms(x.owed)} | "
+                   f"{ms(x.gang)} | {x.catchup} | {x.flags} | {short(names.get(x.key, x.key))} |")
+    spans = sorted(((b.span, p.pid, b) for p in procs for b in p.batches), key=lambda s: -s[0])
+    out += ["", "## Longest batches", "", "| pid | found s | span ms | charge ms | busy ms |"
+            " launches | first kernel |", "|---|---|---|---|---|---|---|"]
+    for span, pid, b in spans[:15]:
+        out.append(f"| {pid} | {(b.now - t0) / 1e9:.3f} | {ms(span)} | {ms(b.charge)} | "
+                   f"{ms(b.busy)} | {b.launches} | {short(names.get(b.key, b.key))} |")
+    # everything around the longest hold, merged
+    if holds and holds[0][0] > 0:
+        _, pid, x = holds[0]
+        lo, hi = x.enter - int(window_ms * 1e6), x.admit + int(window_ms * 1e6)
+        rows = []
+        for p in procs:
+            rows += [(y.enter, p.pid, f"L held {ms(y.held)} owed {ms(y.owed)} gang "
+                      f"{ms(y.gang)} cu {y.catchup} f {y.flags} "
+                      f"{short(names.get(y.key, y.key))}") for y in p.launches
+                     if lo <= y.enter <= hi or lo <= y.admit <= hi]
+            rows += [(b.now, p.pid, f"B span {ms(b.span)} busy {ms(b.busy)} n {b.launches} "
+                      f"{short(names.get(b.key, b.key))}") for b in p.batches if lo <= b.now <= hi]
+        rows.sort()
+        out += ["", f"## Around the longest hold (pid {pid}, {window_ms} ms either side, at most "
+                "300 lines; t = ms from the window's start)", "", "```"]
+        out += [f"{(t - lo) / 1e6:9.3f} {p:>8} {text}" for t, p, text in rows[:300]]
+        out.append("```")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir", type=Path)
+    ap.add_argument("--key-pattern", default=r"^nccl|barrier",
+                    help="kernel names matched across processes (default: NCCL's, ipc_spin's)")
+    ap.add_argument("--window-ms", type=float, default=30)
+    args = ap.parse_args(argv)
+    files = sorted(args.dir.glob("compute-trace.*.tsv"))
+    if not files:
+        print(f"no compute-trace.*.tsv in {args.dir}")
+        return 1
+    print(f"# Trace of {args.dir.name}\n")
+    print(summarize([load(f) for f in files], re.compile(args.key_pattern), args.window_ms))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

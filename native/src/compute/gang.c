@@ -1,0 +1,100 @@
+/* Gang holds of one container's processes. See gang.h for the contract. */
+#include "gang.h"
+
+#include <stdatomic.h>
+
+#include "budget.h"
+
+#define GS_LOAD(at) ((int64_t)atomic_load_explicit(&(at), memory_order_relaxed))
+#define GS_STORE(at, v) atomic_store_explicit(&(at), (uint64_t)(v), memory_order_relaxed)
+
+/* What the other processes of the gang are doing. */
+struct gs_gang_view {
+    int active;      /* processes in the gang, this one aside */
+    int new_stop;    /* one stopped after our last release */
+    int pending;     /* one has GPU work queued and launches no more: it may wait for us */
+    int busy;        /* one still launches: it will see a stop at its next launch */
+    int64_t release; /* the latest release a stopped one published */
+};
+
+/* Within `span` before now (a stamp in the future is another clock's: no). */
+static int gs_gang_recent(int64_t stamp, int64_t span, int64_t now)
+{
+    return stamp > now - span && stamp <= now;
+}
+
+static struct gs_gang_view gs_gang_scan(const struct gs_gang *g, int64_t now)
+{
+    struct gs_gang_view v = {0};
+    int n = g->self ? g->count(g->ctx) : 0;
+    for (int i = 0; i < n; i++) {
+        struct gs_compute_proc *p = g->at(g->ctx, i);
+        if (!p || p == g->self)
+            continue;
+        int64_t stop = GS_LOAD(p->gang_stop_ns), beat = GS_LOAD(p->gang_beat_ns);
+        int64_t last = GS_LOAD(p->last_launch_ns);
+        int stopped = stop > 0 && gs_gang_recent(beat & ~1LL, GS_GANG_BEAT_NS, now);
+        if (!stopped && !gs_gang_recent(last, GS_GANG_ACTIVE_NS, now))
+            continue; /* gone, or idle for long */
+        v.active++;
+        if (stopped) {
+            v.new_stop |= stop > g->gen_ns;
+            int64_t release = GS_LOAD(p->gang_release_ns);
+            if (release > v.release && release <= now + GS_BUDGET_HORIZON_NS)
+                v.release = release;
+            v.pending |= !(beat & 1);
+        } else if (now - last < GS_GANG_IDLE_NS) {
+            v.busy = 1;
+        } else {
+            v.pending |= GS_LOAD(p->inflight_ns) > 0; /* in a sync, say, on a collective */
+        }
+    }
+    return v;
+}
+
+int gs_gang_active(const struct gs_gang *g, int64_t now)
+{
+    return g->on && gs_gang_scan(g, now).active > 0;
+}
+
+int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t own_release,
+                      int drained, int64_t inflight, int64_t last_launch)
+{
+    if (!g->on || !g->self)
+        return -1;
+    struct gs_gang_view v = gs_gang_scan(g, now);
+    if (!g->stopped) {
+        if (v.active == 0)
+            return -1;
+        if (own_wait == 0 && !v.new_stop)
+            return 0;
+        g->stopped = 1;
+        g->stop_ns = now;
+        g->catchup = 0;
+        g->own_release_ns = own_release;
+        GS_STORE(g->self->gang_stop_ns, now);
+    } else if (own_release > g->own_release_ns) {
+        g->own_release_ns = own_release; /* catch-up launches added debt */
+    }
+    own_release = g->own_release_ns; /* a whole quantum, even once the debt itself is paid */
+    GS_STORE(g->self->gang_release_ns, own_release);
+    GS_STORE(g->self->gang_beat_ns, (now & ~1LL) | (drained != 0));
+    /* our queue past twice its estimate waits for someone: launching more would not help */
+    int64_t since = g->stop_ns > last_launch ? g->stop_ns : last_launch;
+    int waiting = !drained && now - since > 2 * (inflight > 0 ? inflight : 0) + GS_GANG_STUCK_NS;
+    if (v.pending && !waiting && own_wait < GS_GANG_OVERDRAFT_NS && g->catchup < GS_GANG_CATCHUP) {
+        g->catchup++; /* someone's queue may wait for a launch of ours: make it */
+        return 0;
+    }
+    if (!drained || ((v.busy || v.pending) && now - g->stop_ns < GS_GANG_SETTLE_NS))
+        return GS_GANG_POLL_NS;
+    int64_t release = own_release > v.release ? own_release : v.release;
+    g->release_ns = release;
+    if (release > now)
+        return release - now;
+    g->stopped = 0;
+    g->gen_ns = now;
+    g->release_ns = 0;
+    GS_STORE(g->self->gang_stop_ns, 0);
+    return 0;
+}

@@ -1,0 +1,77 @@
+/* The processes of one container stop and go together: gang holds (issue 21). Opt-in
+ * (GPUSLICE_COMPUTE_PHASE=1) while it is measured on GPUs, see docs/compute.md.
+ * Why: ranks of one job (NCCL's collectives, a DDP step, any kernel that spins until a peer
+ * process's kernel ran) wait for each other ON the GPU. A rank held back by its budget makes its
+ * peer's collective kernel spin; the spin is GPU time and is charged (it must be: a tenant could
+ * dress compute up as "waiting"); the spinner's next hold then makes the first rank spin. With
+ * each rank held on its own, a difference of d between two ranks' holds comes back as d (1 - p)/p
+ * at limit p: it dies out above 50 %, grows below (2x H100: 11 s holds at 30 %, and at 50 % too
+ * with the first design); and any hold placed by the CPU's clock splits a collective whose
+ * ranks' launches straddle it (traces of that first design: one rank saw its drained GPU as a
+ * step boundary after every all-reduce, the other queued twenty).
+ * What: a process whose budget holds it back STOPS instead and publishes it in its slot of the
+ * container's region; every process of the container that launched in the last
+ * GS_GANG_ACTIVE_NS (on any device, the same device included) stops at its next launch too.
+ * Stopped processes let their GPU queues drain, and one whose queue is drained launches on,
+ * one launch at a time, while another one's queue is STUCK (past twice its estimated work:
+ * waiting, most likely, for a kernel this one has not launched yet: it catches up). Once no
+ * queue holds work and nobody is still launching, they all wait for the LATEST release any of
+ * them published (each: when its own budget holds GS_GANG_QUANTUM_NS more), then go together.
+ * So no hold ever falls inside a collective, whatever the kernels are: no names, no counts.
+ * Never charges less: every kernel is charged as measured, spins included; a gang hold only
+ * makes processes wait (their buckets fill meanwhile), so work dressed as communication gets
+ * nothing past the cap.
+ * Bounds: at most GS_GANG_CATCHUP catch-up launches per stop (then the process holds to its own
+ * budget alone); at most GS_GANG_SETTLE_NS waiting for a process still launching; a stopped
+ * process whose beat is older than GS_GANG_BEAT_NS is gone (killed: it holds nobody); a release
+ * further ahead than GS_BUDGET_HORIZON_NS is another clock's and ignored.
+ * Owns: the gang words of every process slot (compute_shared.h: gang_stop_ns, gang_beat_ns,
+ * gang_release_ns) and their reading. Does not: decide a process's own hold (meter.c, budget.c),
+ * sleep, or find the slots (the caller hands over a slot reader). Pure given `now`.
+ * Tests: tests/native/compute/test_gang.py (unit + the collective simulator), test_gang_fake.py
+ * (fake driver), GPU: benchmarks/multi_gpu/run.sh (NCCL, DDP, tests/gpu/progs/ipc_spin.cu). */
+#ifndef GS_COMPUTE_GANG_H
+#define GS_COMPUTE_GANG_H
+
+#include <stdint.h>
+
+#include "gpuslice/compute_shared.h"
+
+#define GS_GANG_ACTIVE_NS 50000000LL  /* a process that launched this recently is in the gang */
+#define GS_GANG_IDLE_NS 1000000LL     /* ... and still launching (it will see a stop) if this */
+#define GS_GANG_BEAT_NS 20000000LL    /* a stopped process checks at least this often */
+#define GS_GANG_STUCK_NS 200000LL     /* a queue this far past twice its estimate is stuck */
+#define GS_GANG_SETTLE_NS 5000000LL   /* longest wait for processes that still launch */
+#define GS_GANG_POLL_NS 50000LL       /* re-check step while the gang settles */
+#define GS_GANG_CATCHUP 256           /* catch-up launches per stop */
+#define GS_GANG_OVERDRAFT_NS 50000000LL /* ... and only while the own debt is below this */
+/* A stop costs a drained GPU queue, so each release lets this much GPU work go (at most half
+ * the bucket), not the 0.5 ms quantum of a process alone. */
+#define GS_GANG_QUANTUM_NS 5000000LL
+
+struct gs_gang {
+    struct gs_compute_proc *self;  /* this process's slot (NULL: no gang) */
+    /* the container's slots: how many to scan, and slot i's compute block (NULL: none) */
+    int (*count)(void *ctx);
+    struct gs_compute_proc *(*at)(void *ctx, int i);
+    void *ctx;
+    int on;                        /* GPUSLICE_COMPUTE_PHASE=1, one context in this process */
+    int stopped;
+    int64_t stop_ns;               /* when this stop began */
+    int64_t gen_ns;                /* our last release: stops begun before it were that hold's */
+    int64_t own_release_ns;        /* when this stop's own debt and quantum are paid */
+    int64_t release_ns;            /* the gang's release at the last check (0: none) */
+    int catchup;                   /* catch-up launches in this stop */
+};
+
+/* 1 while another process of the container is in the gang. */
+int gs_gang_active(const struct gs_gang *g, int64_t now);
+/* A launch of this process: `own_wait` is what its budget alone makes it wait (0: nothing),
+ * `own_release` when that budget holds GS_GANG_QUANTUM_NS more (now when it owes nothing),
+ * `drained` 1 when every stream of it is idle, `inflight` and `last_launch` its estimated work
+ * in flight and latest launch. Returns ns to wait (0: launch now; -1: no other process is in
+ * the gang, use the rule of a process alone). */
+int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t own_release,
+                      int drained, int64_t inflight, int64_t last_launch);
+
+#endif
