@@ -12,7 +12,10 @@
 struct gs_gang_view {
     int active;      /* processes in the gang, this one aside */
     int new_stop;    /* one stopped after our last release */
-    int pending;     /* one has GPU work queued and launches no more: it may wait for us */
+    int draining;    /* a stopped one's queue still runs */
+    int pending;     /* ... and still ran at a check after our queue drained: it may wait for a
+                      * launch of ours */
+    int queued;      /* a running one launches no more but has work queued: it may too */
     int busy;        /* one still launches: it will see a stop at its next launch */
     int64_t release; /* the latest release a stopped one published */
 };
@@ -32,8 +35,8 @@ static struct gs_gang_view gs_gang_scan(const struct gs_gang *g, int64_t now)
         if (!p || p == g->self)
             continue;
         int64_t stop = GS_LOAD(p->gang_stop_ns), beat = GS_LOAD(p->gang_beat_ns);
-        int64_t last = GS_LOAD(p->last_launch_ns);
-        int stopped = stop > 0 && gs_gang_recent(beat & ~1LL, GS_GANG_BEAT_NS, now);
+        int64_t last = GS_LOAD(p->last_launch_ns), checked = beat & ~1LL;
+        int stopped = stop > 0 && gs_gang_recent(checked, GS_GANG_BEAT_NS, now);
         if (!stopped && !gs_gang_recent(last, GS_GANG_ACTIVE_NS, now))
             continue; /* gone, or idle for long */
         v.active++;
@@ -42,11 +45,12 @@ static struct gs_gang_view gs_gang_scan(const struct gs_gang *g, int64_t now)
             int64_t release = GS_LOAD(p->gang_release_ns);
             if (release > v.release && release <= now + GS_BUDGET_HORIZON_NS)
                 v.release = release;
-            v.pending |= !(beat & 1);
+            v.draining |= !(beat & 1);
+            v.pending |= !(beat & 1) && g->drained_ns && checked >= g->drained_ns;
         } else if (now - last < GS_GANG_IDLE_NS) {
             v.busy = 1;
         } else {
-            v.pending |= GS_LOAD(p->inflight_ns) > 0; /* in a sync, say, on a collective */
+            v.queued |= GS_LOAD(p->inflight_ns) > 0; /* in a sync, say, on a collective */
         }
     }
     return v;
@@ -58,10 +62,14 @@ int gs_gang_active(const struct gs_gang *g, int64_t now)
 }
 
 int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t own_release,
-                      int drained, int64_t inflight, int64_t last_launch)
+                      int drained)
 {
     if (!g->on || !g->self)
         return -1;
+    if (!drained)
+        g->drained_ns = 0;
+    else if (!g->drained_ns)
+        g->drained_ns = now; /* first seen drained since our latest launch */
     struct gs_gang_view v = gs_gang_scan(g, now);
     if (!g->stopped) {
         if (v.active == 0)
@@ -79,14 +87,22 @@ int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t 
     own_release = g->own_release_ns; /* a whole quantum, even once the debt itself is paid */
     GS_STORE(g->self->gang_release_ns, own_release);
     GS_STORE(g->self->gang_beat_ns, (now & ~1LL) | (drained != 0));
-    /* our queue past twice its estimate waits for someone: launching more would not help */
-    int64_t since = g->stop_ns > last_launch ? g->stop_ns : last_launch;
-    int waiting = !drained && now - since > 2 * (inflight > 0 ? inflight : 0) + GS_GANG_STUCK_NS;
-    if (v.pending && !waiting && own_wait < GS_GANG_OVERDRAFT_NS && g->catchup < GS_GANG_CATCHUP) {
-        g->catchup++; /* someone's queue may wait for a launch of ours: make it */
+    if (!drained)
+        return GS_GANG_POLL_NS; /* our queue first (it may wait for someone who catches up) */
+    /* Catch up: our queue is empty, another's still ran after that: it may wait for a launch of
+     * ours (a collective we have not reached). One launch, then drain and look again, so we
+     * never run past what it waits for. A running process's queued work is a weaker sign: it
+     * may just be computing (a shorter overdraft). */
+    int64_t overdraft = v.pending ? GS_GANG_OVERDRAFT_NS : GS_GANG_GUESS_NS;
+    if ((v.pending || v.queued) && own_wait < overdraft && g->catchup < GS_GANG_CATCHUP) {
+        g->catchup++;
+        g->drained_ns = 0;
         return 0;
     }
-    if (!drained || ((v.busy || v.pending) && now - g->stop_ns < GS_GANG_SETTLE_NS))
+    /* hold only once every stopped queue is empty: a hold while one still runs could leave it
+     * spinning; wait (bounded) for the ones still launching to stop */
+    if ((v.draining && g->catchup < GS_GANG_CATCHUP) ||
+        ((v.busy || v.queued) && now - g->stop_ns < GS_GANG_SETTLE_NS))
         return GS_GANG_POLL_NS;
     int64_t release = own_release > v.release ? own_release : v.release;
     g->release_ns = release;

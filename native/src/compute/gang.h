@@ -40,11 +40,14 @@
 #define GS_GANG_ACTIVE_NS 50000000LL  /* a process that launched this recently is in the gang */
 #define GS_GANG_IDLE_NS 1000000LL     /* ... and still launching (it will see a stop) if this */
 #define GS_GANG_BEAT_NS 20000000LL    /* a stopped process checks at least this often */
-#define GS_GANG_STUCK_NS 200000LL     /* a queue this far past twice its estimate is stuck */
 #define GS_GANG_SETTLE_NS 5000000LL   /* longest wait for processes that still launch */
 #define GS_GANG_POLL_NS 50000LL       /* re-check step while the gang settles */
 #define GS_GANG_CATCHUP 256           /* catch-up launches per stop */
-#define GS_GANG_OVERDRAFT_NS 50000000LL /* ... and only while the own debt is below this */
+/* ... and only while the own debt (wall time) is below this: a stopped process's queue that still
+ * runs most likely waits for us; a running process's queued work is a weaker sign (it may just be
+ * computing), so catching up for it stops sooner */
+#define GS_GANG_OVERDRAFT_NS 1000000000LL
+#define GS_GANG_GUESS_NS 50000000LL
 /* A stop costs a drained GPU queue, so each release lets this much GPU work go (at most half
  * the bucket), not the 0.5 ms quantum of a process alone. */
 #define GS_GANG_QUANTUM_NS 5000000LL
@@ -62,16 +65,16 @@ struct gs_gang {
     int64_t own_release_ns;        /* when this stop's own debt and quantum are paid */
     int64_t release_ns;            /* the gang's release at the last check (0: none) */
     int catchup;                   /* catch-up launches in this stop */
+    int64_t drained_ns;            /* since when our queue is empty (0: it is not) */
 };
 
 /* 1 while another process of the container is in the gang. */
 int gs_gang_active(const struct gs_gang *g, int64_t now);
 /* A launch of this process: `own_wait` is what its budget alone makes it wait (0: nothing),
  * `own_release` when that budget holds GS_GANG_QUANTUM_NS more (now when it owes nothing),
- * `drained` 1 when every stream of it is idle, `inflight` and `last_launch` its estimated work
- * in flight and latest launch. Returns ns to wait (0: launch now; -1: no other process is in
- * the gang, use the rule of a process alone). */
+ * `drained` 1 when every stream of it is idle. Returns ns to wait (0: launch now; -1: no
+ * other process is in the gang, use the rule of a process alone). */
 int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t own_release,
-                      int drained, int64_t inflight, int64_t last_launch);
+                      int drained);
 
 #endif

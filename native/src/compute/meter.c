@@ -250,8 +250,7 @@ static int64_t gs_meter_gang(struct gs_meter *m, int64_t now, int64_t inflight, 
         release = now + gs_budget_wait_ns(m->dev, m->pct, now, inflight + quantum);
     }
     int drained = m->n_open == 0 && m->n_pending == 0;
-    int64_t w = gs_gang_admit(&m->gang, now, wait, release, drained, m->inflight_ns,
-                              m->last_launch_ns);
+    int64_t w = gs_gang_admit(&m->gang, now, wait, release, drained);
     m->gang_flags = (w >= 0) | m->gang.stopped << 1;
     return w;
 }

@@ -57,16 +57,8 @@ SHAPES = {
 }  # fmt: skip
 
 
-# 4 ranks: gang holds do not meet the step target yet (ratio ~4 at 30 and 50 %: while every
-# rank still drains, catching up runs on without a hold, docs/compute.md)
-SHORT = {"4-ranks"}
-
-
 @pytest.mark.parametrize("limit", [30, 50])
-@pytest.mark.parametrize(
-    "shape",
-    [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason="docs/compute.md: 4 ranks"))
-     if s in SHORT else s for s in sorted(SHAPES)])
+@pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_a_job_under_a_compute_limit_runs_at_its_share_without_long_holds(
     sim, shape: str, limit: int
 ) -> None:
@@ -87,7 +79,8 @@ def test_a_job_under_a_compute_limit_runs_at_its_share_without_long_holds(
         assert busy <= limit / 100 + 0.01, f"{shape}: rank {i}'s GPU busy {busy:.3f}"
 
 
-@pytest.mark.parametrize("shape", ["tiny-kernels", "slow-rank", "collectives-open-the-step"])
+@pytest.mark.parametrize("shape", ["tiny-kernels", "slow-rank", "4-ranks",
+                                   "collectives-open-the-step"])
 def test_without_gang_holds_the_ranks_take_turns_and_the_job_crawls(sim, shape: str) -> None:
     """The failure of the issue, reproduced: each rank's budget charges the spin of its
     collective while the other's launch is held, so the holds grow each round (by 100/limit)."""
