@@ -234,6 +234,8 @@ static void sc_rank_run(struct sc *S, int i)
         if (r->step_start >= c->warmup_ns && r->n_steps < SC_STEPS)
             r->steps[r->n_steps++] = S->now - r->step_start;
         r->in_sync = 0;
+        if (c->limit_pct > 0) /* launch.c's sync hook, after the wait */
+            gs_meter_poll(&r->meter, S->now);
         r->launched_in_step = 0;
         r->next = S->now + c->step_cpu_ns + c->cpu_skew_ns[i];
         r->step_start = r->next;

@@ -7,8 +7,10 @@
 
 /* 0 ok (or nothing to do), -1 if the compute limit cannot be enforced (logged). */
 int gs_compute_init(void);
-/* The app is about to wait for the GPU (src/mem/sync.c): the meter of the current context
- * measures what the wait is for (meter.h gs_meter_sync). One relaxed load without a limit. */
-void gs_compute_sync(void);
+/* The app is about to wait for the GPU (src/mem/sync.c, done 0): the meter of the current
+ * context measures what the wait is for (meter.h gs_meter_sync); the wait is over (done 1): it
+ * reconciles what completed, so the container's other processes see its queue empty (gang.h).
+ * One relaxed load without a limit. */
+void gs_compute_sync(int done);
 
 #endif

@@ -16,6 +16,7 @@ struct gs_gang_view {
     int pending;     /* ... and still ran at a check after our queue drained: it may wait for a
                       * launch of ours */
     int queued;      /* a running one launches no more but has work queued: it may too */
+    int overdue;     /* ... past its estimate: it most likely waits (in a sync, on a peer) */
     int busy;        /* one still launches: it will see a stop at its next launch */
     int64_t release; /* the latest release a stopped one published */
 };
@@ -36,8 +37,12 @@ static struct gs_gang_view gs_gang_scan(const struct gs_gang *g, int64_t now)
             continue;
         int64_t stop = GS_LOAD(p->gang_stop_ns), beat = GS_LOAD(p->gang_beat_ns);
         int64_t last = GS_LOAD(p->last_launch_ns), checked = beat & ~1LL;
+        int64_t inflight = GS_LOAD(p->inflight_ns);
         int stopped = stop > 0 && gs_gang_recent(checked, GS_GANG_BEAT_NS, now);
-        if (!stopped && !gs_gang_recent(last, GS_GANG_ACTIVE_NS, now))
+        /* one that waits in a sync for work it queued long ago is still in the gang: its kernel
+         * may spin until our next launch */
+        if (!stopped && !gs_gang_recent(last, GS_GANG_ACTIVE_NS, now) &&
+            !(inflight > 0 && gs_gang_recent(last, GS_BUDGET_HORIZON_NS, now)))
             continue; /* gone, or idle for long */
         v.active++;
         if (stopped) {
@@ -49,8 +54,10 @@ static struct gs_gang_view gs_gang_scan(const struct gs_gang *g, int64_t now)
             v.pending |= !(beat & 1) && g->drained_ns && checked >= g->drained_ns;
         } else if (now - last < GS_GANG_IDLE_NS) {
             v.busy = 1;
+        } else if (inflight > 0 && now - last > inflight + GS_GANG_OVERDUE_NS) {
+            v.overdue = 1;
         } else {
-            v.queued |= GS_LOAD(p->inflight_ns) > 0; /* in a sync, say, on a collective */
+            v.queued |= inflight > 0;
         }
     }
     return v;
@@ -93,8 +100,9 @@ int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t 
      * ours (a collective we have not reached). One launch, then drain and look again, so we
      * never run past what it waits for. A running process's queued work is a weaker sign: it
      * may just be computing (a shorter overdraft). */
-    int64_t overdraft = v.pending ? GS_GANG_OVERDRAFT_NS : GS_GANG_GUESS_NS;
-    if ((v.pending || v.queued) && own_wait < overdraft && g->catchup < GS_GANG_CATCHUP) {
+    int64_t overdraft = v.pending || v.overdue ? GS_GANG_OVERDRAFT_NS : GS_GANG_GUESS_NS;
+    if ((v.pending || v.overdue || v.queued) && own_wait < overdraft &&
+        g->catchup < GS_GANG_CATCHUP) {
         g->catchup++;
         g->drained_ns = 0;
         return 0;
@@ -102,7 +110,7 @@ int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t 
     /* hold only once every stopped queue is empty: a hold while one still runs could leave it
      * spinning; wait (bounded) for the ones still launching to stop */
     if ((v.draining && g->catchup < GS_GANG_CATCHUP) ||
-        ((v.busy || v.queued) && now - g->stop_ns < GS_GANG_SETTLE_NS))
+        ((v.busy || v.queued || v.overdue) && now - g->stop_ns < GS_GANG_SETTLE_NS))
         return GS_GANG_POLL_NS;
     int64_t release = own_release > v.release ? own_release : v.release;
     g->release_ns = release;

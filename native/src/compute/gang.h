@@ -41,6 +41,7 @@
 #define GS_GANG_IDLE_NS 1000000LL     /* ... and still launching (it will see a stop) if this */
 #define GS_GANG_BEAT_NS 20000000LL    /* a stopped process checks at least this often */
 #define GS_GANG_SETTLE_NS 5000000LL   /* longest wait for processes that still launch */
+#define GS_GANG_OVERDUE_NS 200000LL   /* queued work this far past its estimate waits */
 #define GS_GANG_POLL_NS 50000LL       /* re-check step while the gang settles */
 #define GS_GANG_CATCHUP 256           /* catch-up launches per stop */
 /* ... and only while the own debt (wall time) is below this: a stopped process's queue that still

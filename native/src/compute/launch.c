@@ -97,7 +97,7 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
     return 1;
 }
 
-void gs_compute_sync(void)
+void gs_compute_sync(int done)
 {
     if (__builtin_expect(!__atomic_load_n(&gs_compute_enabled, __ATOMIC_RELAXED), 1))
         return;
@@ -105,7 +105,10 @@ void gs_compute_sync(void)
     if (!cm)
         return;
     pthread_mutex_lock(&cm->mu);
-    gs_meter_sync(&cm->meter, gs_compute_now_ns());
+    if (done) /* what the wait was for is complete: publish it (gang.h reads inflight_ns) */
+        gs_meter_poll(&cm->meter, gs_compute_now_ns());
+    else
+        gs_meter_sync(&cm->meter, gs_compute_now_ns());
     pthread_mutex_unlock(&cm->mu);
 }
 
