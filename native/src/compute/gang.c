@@ -63,11 +63,6 @@ static struct gs_gang_view gs_gang_scan(const struct gs_gang *g, int64_t now)
     return v;
 }
 
-int gs_gang_active(const struct gs_gang *g, int64_t now)
-{
-    return g->on && gs_gang_scan(g, now).active > 0;
-}
-
 int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t own_release,
                       int drained)
 {

@@ -5,31 +5,34 @@
  * peer's collective kernel spin; the spin is GPU time and is charged (it must be: a tenant could
  * dress compute up as "waiting"); the spinner's next hold then makes the first rank spin. With
  * each rank held on its own, a difference of d between two ranks' holds comes back as d (1 - p)/p
- * at limit p: it dies out above 50 %, grows below (2x H100: 11 s holds at 30 %, and at 50 % too
- * with the first design); and any hold placed by the CPU's clock splits a collective whose
- * ranks' launches straddle it (traces of that first design: one rank saw its drained GPU as a
- * step boundary after every all-reduce, the other queued twenty).
- * What: a process whose budget holds it back STOPS instead and publishes it in its slot of the
+ * at limit p: it dies out above 50 %, grows below (2x H100: 11 s holds at 30 %). And a hold
+ * placed by one rank's clock splits a collective whose ranks' launches straddle it (traces of
+ * the earlier in-phase design: one rank saw its drained GPU as a step boundary after every
+ * all-reduce while the other queued twenty).
+ * What: a process whose budget holds it back STOPS instead and says so in its slot of the
  * container's region; every process of the container that launched in the last
- * GS_GANG_ACTIVE_NS (on any device, the same device included) stops at its next launch too.
- * Stopped processes let their GPU queues drain, and one whose queue is drained launches on,
- * one launch at a time, while another one's queue is STUCK (past twice its estimated work:
- * waiting, most likely, for a kernel this one has not launched yet: it catches up). Once no
- * queue holds work and nobody is still launching, they all wait for the LATEST release any of
- * them published (each: when its own budget holds GS_GANG_QUANTUM_NS more), then go together.
- * So no hold ever falls inside a collective, whatever the kernels are: no names, no counts.
- * Never charges less: every kernel is charged as measured, spins included; a gang hold only
- * makes processes wait (their buckets fill meanwhile), so work dressed as communication gets
- * nothing past the cap.
- * Bounds: at most GS_GANG_CATCHUP catch-up launches per stop (then the process holds to its own
- * budget alone); at most GS_GANG_SETTLE_NS waiting for a process still launching; a stopped
- * process whose beat is older than GS_GANG_BEAT_NS is gone (killed: it holds nobody); a release
- * further ahead than GS_BUDGET_HORIZON_NS is another clock's and ignored.
+ * GS_GANG_ACTIVE_NS, or waits in a sync for work it queued (on any device, the same device
+ * included), stops at its next launch too. Stopped processes let their GPU queues drain and say
+ * at each check whether theirs is empty. One whose queue is empty, while another's still ran at a
+ * check after that, CATCHES UP: one launch, then it drains and looks again (the other queue may
+ * wait for a collective we have not launched; one launch at a time never runs past it, so ranks
+ * whose queues all still drain cannot take turns running on). Once no stopped queue holds work,
+ * they all wait for the LATEST release any of them published (each: when its own budget holds
+ * GS_GANG_QUANTUM_NS more), then go together. So no hold falls inside a collective, whatever the
+ * kernels are: no names, no launch counts.
+ * Never charges less: every kernel is charged as measured, spins and catch-up launches included;
+ * a gang hold only makes processes wait (their buckets fill meanwhile), so work dressed as
+ * communication gets nothing past the cap.
+ * Bounds: at most GS_GANG_CATCHUP catch-up launches per stop, and only below GS_GANG_OVERDRAFT_NS
+ * of own debt (GS_GANG_GUESS_NS for a running process's queued work that is not past its
+ * estimate: it may just be computing); at most GS_GANG_SETTLE_NS waiting for processes that still
+ * launch; a stopped process whose beat is older than GS_GANG_BEAT_NS is gone (killed: it holds
+ * nobody); a release further ahead than GS_BUDGET_HORIZON_NS is another clock's and ignored.
  * Owns: the gang words of every process slot (compute_shared.h: gang_stop_ns, gang_beat_ns,
  * gang_release_ns) and their reading. Does not: decide a process's own hold (meter.c, budget.c),
  * sleep, or find the slots (the caller hands over a slot reader). Pure given `now`.
- * Tests: tests/native/compute/test_gang.py (unit + the collective simulator), test_gang_fake.py
- * (fake driver), GPU: benchmarks/multi_gpu/run.sh (NCCL, DDP, tests/gpu/progs/ipc_spin.cu). */
+ * Tests: tests/native/compute/test_gang.py (the collective simulator), test_gang_fake.py (fake
+ * driver), GPU: benchmarks/multi_gpu/run.sh (NCCL, DDP, tests/gpu/progs/ipc_spin.cu). */
 #ifndef GS_COMPUTE_GANG_H
 #define GS_COMPUTE_GANG_H
 
@@ -69,8 +72,6 @@ struct gs_gang {
     int64_t drained_ns;            /* since when our queue is empty (0: it is not) */
 };
 
-/* 1 while another process of the container is in the gang. */
-int gs_gang_active(const struct gs_gang *g, int64_t now);
 /* A launch of this process: `own_wait` is what its budget alone makes it wait (0: nothing),
  * `own_release` when that budget holds GS_GANG_QUANTUM_NS more (now when it owes nothing),
  * `drained` 1 when every stream of it is idle. Returns ns to wait (0: launch now; -1: no

@@ -1,0 +1,114 @@
+"""gang.c's rules one by one (native/src/compute/gang.h), on hand-made process slots: who is in the
+gang, when a process stops, catches up or holds, and what a forged or stale slot can do (a
+process of the container controls its own slot, and any process of it can write the others').
+The collective simulator (test_gang.py) shows the rules together; these pin each one."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import pytest
+
+MS, S = 10**6, 10**9
+NOW = 5000 * S
+# compute_shared.h, struct gs_compute_proc (88 bytes)
+INFLIGHT, LAST_LAUNCH, STOP, BEAT, RELEASE = 32, 40, 64, 72, 80
+OVERDRAFT = 1 * S  # gang.h GS_GANG_OVERDRAFT_NS
+HORIZON = 11 * S  # budget.h GS_BUDGET_HORIZON_NS
+
+COUNT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+AT = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
+
+
+class Gang(ctypes.Structure):
+    _fields_ = [("self", ctypes.c_void_p), ("count", COUNT), ("at", AT), ("ctx", ctypes.c_void_p),
+                ("on", ctypes.c_int), ("stopped", ctypes.c_int), ("stop_ns", ctypes.c_int64),
+                ("gen_ns", ctypes.c_int64), ("own_release_ns", ctypes.c_int64),
+                ("release_ns", ctypes.c_int64), ("catchup", ctypes.c_int),
+                ("drained_ns", ctypes.c_int64)]  # fmt: skip
+
+
+class Slots:
+    """A container's process slots; slot 0 is the process under test."""
+
+    def __init__(self, n: int) -> None:
+        self.bufs = [ctypes.create_string_buffer(88) for _ in range(n)]
+        self.count = COUNT(lambda _ctx: len(self.bufs))
+        self.at = AT(lambda _ctx, i: ctypes.addressof(self.bufs[i]))
+        self.gang = Gang(self=ctypes.addressof(self.bufs[0]), count=self.count, at=self.at,
+                         on=1)  # fmt: skip
+
+    def set(self, i: int, **words: int) -> None:
+        at = {"inflight": INFLIGHT, "last": LAST_LAUNCH, "stop": STOP, "beat": BEAT,
+              "release": RELEASE}  # fmt: skip
+        for name, value in words.items():
+            struct.pack_into("<q", self.bufs[i], at[name], value)
+
+    def word(self, i: int, at: int) -> int:
+        return struct.unpack_from("<q", self.bufs[i], at)[0]
+
+
+@pytest.fixture(scope="module")
+def admit(sim):
+    fn = sim.lib().gs_gang_admit
+    fn.restype = ctypes.c_int64
+    fn.argtypes = [ctypes.POINTER(Gang), ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                   ctypes.c_int]  # fmt: skip
+    return lambda slots, now, wait, release, drained: fn(ctypes.byref(slots.gang), now, wait,
+                                                         release, drained)  # fmt: skip
+
+
+def test_a_process_alone_uses_the_rule_of_a_process_alone(admit) -> None:
+    s = Slots(2)
+    s.set(1, last=NOW - 60 * MS)  # launched 60 ms ago: not in the gang
+    assert admit(s, NOW, 5 * MS, NOW + 9 * MS, 1) == -1
+    assert s.word(0, STOP) == 0, "nothing is published by a process alone"
+
+
+def test_one_waiting_in_a_sync_on_queued_work_is_still_in_the_gang(admit) -> None:
+    """Its kernel may spin until our next launch: holding alone would leave it spinning."""
+    s = Slots(2)
+    s.set(1, last=NOW - 2 * S, inflight=1 * MS)
+    assert admit(s, NOW, 5 * MS, NOW + 9 * MS, 1) != -1
+    assert s.word(0, STOP) == NOW, "we stop, and say so"
+
+
+def test_a_debt_stops_the_process_and_a_stop_stops_the_others(admit) -> None:
+    a, b = Slots(2), Slots(2)
+    a.set(1, last=NOW - 10_000)  # still launching
+    assert admit(a, NOW, 5 * MS, NOW + 9 * MS, 1) > 0, "held: the other still launches"
+    assert a.word(0, STOP) == NOW and a.word(0, RELEASE) == NOW + 9 * MS
+    b.set(1, stop=NOW - MS, beat=NOW - 100_000 | 1, release=NOW + 7 * MS)
+    assert admit(b, NOW, 0, NOW, 1) == 7 * MS, "no debt of its own, it waits for the gang's"
+    assert admit(b, NOW + 7 * MS, 0, NOW + 7 * MS, 1) == 0, "and goes with it"
+    assert b.word(0, STOP) == 0
+
+
+def test_an_empty_queue_catches_up_for_one_that_still_runs_one_launch_at_a_time(admit) -> None:
+    s = Slots(2)
+    s.set(1, stop=NOW - MS, beat=NOW - 500_000, release=NOW + 20 * MS)  # stale: before our drain
+    assert admit(s, NOW, 3 * MS, NOW + 20 * MS, 1) > 0, "its last check came before our drain"
+    s.set(1, beat=NOW + 100_000)  # it checked again, still running (bit 0 clear)
+    assert admit(s, NOW + 200_000, 3 * MS, NOW + 20 * MS, 1) == 0, "catch up: one launch"
+    assert admit(s, NOW + 210_000, 3 * MS, NOW + 20 * MS, 0) > 0, "then our own queue first"
+    assert admit(s, NOW + 300_000, 3 * MS, NOW + 20 * MS, 1) > 0, "its beat is older than our drain"
+
+
+def test_catching_up_stops_at_the_overdraft(admit) -> None:
+    """Catch-up launches are charged, but a process deep in debt holds instead."""
+    s = Slots(2)
+    s.set(1, stop=NOW - MS, beat=NOW + 1, release=NOW)
+    admit(s, NOW, OVERDRAFT, NOW + 2 * S, 1)  # stops (first call marks our queue empty)
+    s.set(1, beat=NOW + 2)
+    assert admit(s, NOW + 3, OVERDRAFT, NOW + 2 * S, 1) > 0, "1 s of debt: no catch-up"
+
+
+def test_a_dead_process_and_a_forged_release_hold_nobody(admit) -> None:
+    dead = Slots(2)
+    dead.set(1, stop=NOW - S, beat=(NOW - 30 * MS) | 1, release=NOW + 5 * S)
+    assert admit(dead, NOW, 0, NOW, 1) == -1, "a beat older than 20 ms: gone"
+    forged = Slots(3)
+    forged.set(1, stop=NOW - MS, beat=NOW | 1, release=NOW + HORIZON + 1)
+    forged.set(2, stop=NOW - MS, beat=NOW | 1, release=NOW + 4 * MS)
+    assert admit(forged, NOW, 0, NOW, 1) == 4 * MS, "a release beyond the horizon is ignored"
