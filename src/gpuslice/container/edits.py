@@ -60,6 +60,12 @@ def container_edits(region: RegionSpec, region_dir: str, layout: Layout
     }
     envs.update({f"CUDA_DEVICE_MEMORY_LIMIT_{i}": f"{limit >> 20}m"
                  for i, limit in enumerate(region.limits)})
+    if 0 < region.sm_limit < 100 and len(uuids) > 1:
+        # ranks on several GPUs under a compute limit hold together, or their collectives stall
+        # (gang holds, docs/compute.md "Ranks of one job"; off for one GPU: two processes sharing
+        # one lose ~5 points on small kernels to it)
+        envs["GPUSLICE_COMPUTE_PHASE"] = "1"
+
     mounts = (
         Mount(layout.library_container, layout.library_host, True),
         Mount("/etc/ld.so.preload", layout.preload_host, True),

@@ -41,7 +41,8 @@ def test_a_container_gets_its_gpus_limits_in_device_order_and_the_four_mounts():
         "GPUSLICE_DEVICE_UUIDS": f"{gpu(2)},{gpu(0)}",
         "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m", "CUDA_DEVICE_MEMORY_LIMIT_1": "4096m",
         "CUDA_DEVICE_SM_LIMIT": "30", "GPUSLICE_COMPUTE_MODE": "hard", "CUDA_TASK_PRIORITY": "1",
-        "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/var/run/gpuslice/region"}
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/var/run/gpuslice/region",
+        "GPUSLICE_COMPUTE_PHASE": "1"}  # two GPUs under a compute limit: gang holds
     assert a.region_host_dir == "/var/lib/gpuslice/regions/uid-p/main"
     assert a.region == RegionSpec(device_uuids=(gpu(2), gpu(0)), limits=(4096 << 20,) * 2,
                                   sm_limit=30, compute_mode="hard", priority=1), (
