@@ -95,17 +95,17 @@ int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t 
      * ours (a collective we have not reached). One launch, then drain and look again, so we
      * never run past what it waits for. A running process's queued work is a weaker sign: it
      * may just be computing (a shorter overdraft). */
-    int64_t overdraft = v.pending || v.overdue ? GS_GANG_OVERDRAFT_NS : GS_GANG_GUESS_NS;
-    if ((v.pending || v.overdue || v.queued) && own_wait < overdraft &&
-        g->catchup < GS_GANG_CATCHUP) {
+    int room = own_wait < GS_GANG_OVERDRAFT_NS && g->catchup < GS_GANG_CATCHUP;
+    if (room && (v.pending || v.overdue || (v.queued && own_wait < GS_GANG_GUESS_NS))) {
         g->catchup++;
         g->drained_ns = 0;
         return 0;
     }
     /* hold only once every stopped queue is empty: a hold while one still runs could leave it
-     * spinning; wait (bounded) for the ones still launching to stop */
-    if ((v.draining && g->catchup < GS_GANG_CATCHUP) ||
-        ((v.busy || v.queued || v.overdue) && now - g->stop_ns < GS_GANG_SETTLE_NS))
+     * spinning. Past the overdraft we cannot catch up for it, so it gets GS_GANG_SETTLE_NS like
+     * the ones still launching, then we hold (it spins, charged: the behaviour without gang) */
+    if ((v.draining && room) ||
+        ((v.draining || v.busy || v.queued || v.overdue) && now - g->stop_ns < GS_GANG_SETTLE_NS))
         return GS_GANG_POLL_NS;
     int64_t release = own_release > v.release ? own_release : v.release;
     g->release_ns = release;

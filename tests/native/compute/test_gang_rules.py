@@ -102,6 +102,9 @@ def test_catching_up_stops_at_the_overdraft(admit) -> None:
     admit(s, NOW, OVERDRAFT, NOW + 2 * S, 1)  # stops (first call marks our queue empty)
     s.set(1, beat=NOW + 2)
     assert admit(s, NOW + 3, OVERDRAFT, NOW + 2 * S, 1) > 0, "1 s of debt: no catch-up"
+    later = NOW + 6 * MS  # past GS_GANG_SETTLE_NS: it holds (the other spins: no gang can help)
+    s.set(1, beat=later)
+    assert admit(s, later, OVERDRAFT, NOW + 2 * S, 1) == NOW + 2 * S - later, "never stuck"
 
 
 def test_a_dead_process_and_a_forged_release_hold_nobody(admit) -> None:
