@@ -21,8 +21,8 @@
 #   PHASES (default "tests inventory nccl same-gpu collective": which of phases 1-5 run),
 #   BEFORE_LIB (an older libgpuslice.so for phase 5's before rounds; none by default),
 #   NCCL_ROUNDS (default "plain caps compute plain caps"; compute = one round per limit),
-#   COMPUTE_PHASE (1: GPUSLICE_COMPUTE_PHASE=1 in every compute round, the experimental in-phase
-#   holds of issue 21; default 0, the library's default), ROUND_LIMIT (s, default 100: one NCCL
+#   COMPUTE_PHASE (GPUSLICE_COMPUTE_PHASE, issue 21's gang holds, in every compute round: 1 or 0;
+#   default as the node agent sets it: on for a container of 2+ GPUs), ROUND_LIMIT (s, default 100: one NCCL
 #   round's limit), TRACE (1: every limited process writes GPUSLICE_COMPUTE_TRACE launch traces;
 #   trace_summary.py reads them into traces.md, and they come back as traces.txz)
 # Writes at most 8 files to RESULTS_DIR (the device tool brings back no more): run.log, env.json,
@@ -128,8 +128,10 @@ nccl_round() {
     for ((i = 0; i < n; i++)); do
       envs+=(CUDA_DEVICE_MEMORY_LIMIT_$i="${CAP_LIST[i % ${#CAP_LIST[@]}]}")
     done
+    # gang holds: as the node agent sets them (a container of 2+ GPUs), unless COMPUTE_PHASE says
+    local phase=${COMPUTE_PHASE:-$((n > 1 ? 1 : 0))}
     [[ $label == *compute-* ]] && envs+=(CUDA_DEVICE_SM_LIMIT="${label##*compute-}"
-                                         GPUSLICE_COMPUTE_PHASE="${COMPUTE_PHASE:-0}")
+                                         GPUSLICE_COMPUTE_PHASE="$phase")
     if [[ $label == *compute-* && ${TRACE:-0} == 1 ]]; then
       mkdir -p "$WORK/trace-$round-$label"
       envs+=(GPUSLICE_COMPUTE_TRACE="$WORK/trace-$round-$label")

@@ -123,11 +123,14 @@ def collective_section(data: dict[str, Any] | None) -> list[str]:
              f"{data['compute_us']:.0f} us compute kernel + a kernel spinning on the peer:", ""]
     for p in data["pairs"]:
         if p["backend"] == "none":
-            lines.append(f"- {p['placement']}, no library: step {p['step_ms']:.3f} ms")
+            mean = p.get("mean_step_ms", -1)
+            lines.append(f"- {p['placement']}, no library: step mean {mean:.3f} ms, median "
+                         f"{p['step_ms']:.3f} ms")
             continue
         ratio = "-" if p.get("step_ratio") is None else f"{p['step_ratio']:.2f}"
         lines.append(f"- {p['placement']}, {p['backend']} at {p['limit']} %: completed "
-                     f"{p['completed']}, step {p['step_ms']:.3f} ms (target "
+                     f"{p['completed']}, step mean {p.get('mean_step_ms', -1):.3f} ms, median "
+                     f"{p['step_ms']:.3f} ms (target "
                      f"{p['target_step_ms']:.3f}, ratio {ratio}), hold max "
                      f"{p['hold_max_ms']:.1f} ms, past what it owed "
                      f"{p['hold_over_debt_ms']:.2f} ms")
