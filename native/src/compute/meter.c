@@ -327,7 +327,6 @@ void gs_meter_after_key(struct gs_meter *m, uintptr_t stream, enum gs_launch_kin
 {
     atomic_fetch_add_explicit(&m->dev->launches, 1, GS_RELAXED);
     atomic_store_explicit(&m->dev->last_demand_ns, (uint64_t)now, GS_RELAXED);
-    m->last_launch_ns = now;
     if (m->proc) {
         atomic_fetch_add_explicit(&m->proc->launches, 1, GS_RELAXED);
         atomic_store_explicit(&m->proc->last_launch_ns, (uint64_t)now, GS_RELAXED);

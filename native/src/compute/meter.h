@@ -117,7 +117,6 @@ struct gs_meter {
     int n_spans;
     struct gs_clean clean;           /* clean per-launch durations (time-slice correction) */
     struct gs_gang gang;             /* the container's processes stop and go together */
-    int64_t last_launch_ns;          /* this meter's latest launch */
     int correctable;                 /* EMA of "the batch's key could be corrected", 0..256 */
     uint64_t busy_total;             /* GPU ns this meter charged (published on the board) */
     uint64_t batches;                /* batches measured */
