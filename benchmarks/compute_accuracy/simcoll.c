@@ -234,7 +234,7 @@ static void sc_rank_run(struct sc *S, int i)
         if (r->step_start >= c->warmup_ns && r->n_steps < SC_STEPS)
             r->steps[r->n_steps++] = S->now - r->step_start;
         r->in_sync = 0;
-        if (c->limit_pct > 0) /* launch.c's sync hook, after the wait */
+        if (c->limit_pct > 0 && r->meter.gang.on) /* launch.c's sync hook, after the wait */
             gs_meter_poll(&r->meter, S->now);
         r->launched_in_step = 0;
         r->next = S->now + c->step_cpu_ns + c->cpu_skew_ns[i];
@@ -286,7 +286,7 @@ static void sc_rank_run(struct sc *S, int i)
     if (r->launched_in_step == kernels + colls) {
         r->in_sync = 1;
         if (limited) /* launch.c's sync hook: what the sync waits for is measured */
-            gs_meter_sync(&r->meter, S->now);
+            gs_meter_sync(&r->meter);
     }
 }
 

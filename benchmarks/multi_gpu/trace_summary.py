@@ -80,6 +80,12 @@ def short(name: str) -> str:
     return name if len(name) <= 48 else name[:45] + "..."
 
 
+def _table(title: str, columns: list[str], rows: list[list[object]]) -> list[str]:
+    """A markdown section: `## title`, then the table."""
+    return ["", f"## {title}", "", "| " + " | ".join(columns) + " |",
+            "|" + "---|" * len(columns), *("| " + " | ".join(map(str, r)) + " |" for r in rows)]
+
+
 def summarize(procs: list[Proc], pattern: re.Pattern[str], window_ms: float) -> str:
     names: dict[str, str] = {}
     for p in procs:
@@ -123,17 +129,16 @@ def summarize(procs: list[Proc], pattern: re.Pattern[str], window_ms: float) -> 
                 for c in cells) + " |")
     # longest holds and batches
     holds = sorted(((x.held, p.pid, x) for p in procs for x in p.launches), key=lambda h: -h[0])
-    out += ["", "## Longest holds", "", "| pid | t s | held ms | owed ms | gang ms | catchup |"
-            " flags | kernel |", "|---|---|---|---|---|---|---|---|"]
-    for held, pid, x in holds[:15]:
-        out.append(f"| {pid} | {(x.enter - t0) / 1e9:.3f} | {ms(held)} | {ms(x.owed)} | "
-                   f"{ms(x.gang)} | {x.catchup} | {x.flags} | {short(names.get(x.key, x.key))} |")
+    out += _table("Longest holds", ["pid", "t s", "held ms", "owed ms", "gang ms", "catchup",
+                                    "flags", "kernel"],
+                  [[pid, f"{(x.enter - t0) / 1e9:.3f}", ms(held), ms(x.owed), ms(x.gang),
+                    x.catchup, x.flags, short(names.get(x.key, x.key))]
+                   for held, pid, x in holds[:15]])
     spans = sorted(((b.span, p.pid, b) for p in procs for b in p.batches), key=lambda s: -s[0])
-    out += ["", "## Longest batches", "", "| pid | found s | span ms | charge ms | busy ms |"
-            " launches | first kernel |", "|---|---|---|---|---|---|---|"]
-    for span, pid, b in spans[:15]:
-        out.append(f"| {pid} | {(b.now - t0) / 1e9:.3f} | {ms(span)} | {ms(b.charge)} | "
-                   f"{ms(b.busy)} | {b.launches} | {short(names.get(b.key, b.key))} |")
+    out += _table("Longest batches", ["pid", "found s", "span ms", "charge ms", "busy ms",
+                                      "launches", "first kernel"],
+                  [[pid, f"{(b.now - t0) / 1e9:.3f}", ms(span), ms(b.charge), ms(b.busy),
+                    b.launches, short(names.get(b.key, b.key))] for span, pid, b in spans[:15]])
     # everything around the longest hold, merged
     if holds and holds[0][0] > 0:
         _, pid, x = holds[0]

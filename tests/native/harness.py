@@ -460,6 +460,17 @@ class Spawned:
             return self.popen.wait()
 
 
+def launch_loops_ms(procs: list[Spawned], timeout: float = 30) -> list[float]:
+    """The wall ms each spawned probe's `launch` loop reports (in order); every probe is killed
+    and reaped afterwards, whatever happened."""
+    try:
+        return [float(read_line(p, "launch", timeout=timeout).kv["ms"]) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def read_line(proc: Spawned, cmd: str, timeout: float = 20) -> Line:
     """Waits for the probe's next `cmd` result line (the probe line-buffers its output)."""
     deadline = time.monotonic() + timeout

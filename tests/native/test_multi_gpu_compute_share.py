@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import Harness, Spawned, read_line
+from harness import Harness, launch_loops_ms
 
 BLOCKS, COUNT = 1000, 300  # 300 kernels of 1 ms: 300 ms of GPU work per loop
 
@@ -16,15 +16,9 @@ BLOCKS, COUNT = 1000, 300  # 300 kernels of 1 ms: 300 ms of GPU work per loop
 def _loops(gs: Harness, visible: list[str], sm: str | None, region: Path) -> list[float]:
     """Launch loops started together, one per CUDA_VISIBLE_DEVICES entry; their wall ms."""
     extra = {"CUDA_DEVICE_SM_LIMIT": sm} if sm else {}
-    procs: list[Spawned] = [
+    return launch_loops_ms([
         gs.spawn("init", "ctx", 0, "launch", BLOCKS, COUNT, devices=2, limit="512MiB",
-                 region=region, extra={"CUDA_VISIBLE_DEVICES": v, **extra}) for v in visible]
-    try:
-        return [float(read_line(p, "launch", timeout=30).kv["ms"]) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+                 region=region, extra={"CUDA_VISIBLE_DEVICES": v, **extra}) for v in visible])
 
 
 def test_ranks_on_two_gpus_each_get_the_limit_of_their_own_gpu(gs: Harness) -> None:

@@ -9,7 +9,8 @@
 int gs_compute_init(void);
 /* The app is about to wait for the GPU (src/mem/sync.c, done 0): the meter of the current
  * context measures what the wait is for (meter.h gs_meter_sync); the wait is over (done 1): it
- * reconciles what completed, so the container's other processes see its queue empty (gang.h).
+ * reconciles what completed, so the container's other processes see its queue empty (gang.h;
+ * nothing to do without gang holds).
  * One relaxed load without a limit. */
 void gs_compute_sync(int done);
 

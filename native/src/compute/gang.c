@@ -63,6 +63,11 @@ static struct gs_gang_view gs_gang_scan(const struct gs_gang *g, int64_t now)
     return v;
 }
 
+int64_t gs_gang_wait_ns(const struct gs_gang *g, int64_t now)
+{
+    return g->stopped && g->release_ns > now ? g->release_ns - now : 0;
+}
+
 int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t own_release,
                       int drained)
 {

@@ -45,7 +45,8 @@
 #define GS_GANG_BEAT_NS 20000000LL    /* a stopped process checks at least this often */
 #define GS_GANG_SETTLE_NS 5000000LL   /* longest wait for processes that still launch */
 #define GS_GANG_OVERDUE_NS 200000LL   /* queued work this far past its estimate waits */
-#define GS_GANG_POLL_NS 50000LL       /* re-check step while the gang settles */
+#define GS_GANG_POLL_NS 50000LL       /* re-check step while the gang settles (launch.c sleeps
+                                       * at least GS_THROTTLE_MIN_SLEEP_NS, 200 us) */
 #define GS_GANG_CATCHUP 256           /* catch-up launches per stop */
 /* ... and only while the own debt (wall time) is below this: a stopped process's queue that still
  * runs most likely waits for us; a running process's queued work is a weaker sign (it may just be
@@ -78,5 +79,7 @@ struct gs_gang {
  * other process is in the gang, use the rule of a process alone). */
 int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t own_release,
                       int drained);
+/* How long a stopped process still waits for the gang's release as of its last check (0: none). */
+int64_t gs_gang_wait_ns(const struct gs_gang *g, int64_t now);
 
 #endif

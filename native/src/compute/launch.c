@@ -76,7 +76,7 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
                 due = now + owed;
             if (waited == 0)
                 g->owed = owed;
-            g->gang = cm->meter.gang.release_ns > now ? cm->meter.gang.release_ns - now : 0;
+            g->gang = gs_gang_wait_ns(&cm->meter.gang, now);
         }
         if (w <= 0) {
             g->admit = now;
@@ -102,13 +102,13 @@ void gs_compute_sync(int done)
     if (__builtin_expect(!__atomic_load_n(&gs_compute_enabled, __ATOMIC_RELAXED), 1))
         return;
     struct gs_cmeter *cm = gs_compute_current();
-    if (!cm)
-        return;
+    if (!cm || (done && !cm->meter.gang.on))
+        return; /* (only the gang reads a queue published empty at once) */
     pthread_mutex_lock(&cm->mu);
     if (done) /* what the wait was for is complete: publish it (gang.h reads inflight_ns) */
         gs_meter_poll(&cm->meter, gs_compute_now_ns());
     else
-        gs_meter_sync(&cm->meter, gs_compute_now_ns());
+        gs_meter_sync(&cm->meter);
     pthread_mutex_unlock(&cm->mu);
 }
 

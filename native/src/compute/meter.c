@@ -163,9 +163,8 @@ static int gs_meter_cover_tail(struct gs_meter *m, struct gs_batch *b)
     return 1;
 }
 
-void gs_meter_sync(struct gs_meter *m, int64_t now)
+void gs_meter_sync(struct gs_meter *m)
 {
-    (void)now;
     for (int i = 0; i < m->n_open; i++)
         gs_meter_cover_tail(m, &m->open[i]);
 }
@@ -222,7 +221,7 @@ static int64_t gs_meter_owed(const struct gs_meter *m)
 int64_t gs_meter_debt_ns(struct gs_meter *m, int64_t now)
 {
     int64_t own = gs_budget_wait_ns(m->dev, m->pct, now, gs_meter_owed(m));
-    int64_t gang = m->gang.stopped && m->gang.release_ns > now ? m->gang.release_ns - now : 0;
+    int64_t gang = gs_gang_wait_ns(&m->gang, now);
     return own > gang ? own : gang;
 }
 
@@ -366,7 +365,7 @@ void gs_meter_after_key(struct gs_meter *m, uintptr_t stream, enum gs_launch_kin
         b->est_ns += est;
         m->inflight_ns += est;
     }
-    if (m->proc) /* the gang reads it: is this queue done, or waiting? (gang.h) */
+    if (m->proc && m->gang.on) /* the gang reads it: is this queue done, or waiting? (gang.h) */
         atomic_store_explicit(&m->proc->inflight_ns, m->inflight_ns, GS_RELAXED);
 }
 

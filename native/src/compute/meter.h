@@ -144,7 +144,7 @@ void gs_meter_after(struct gs_meter *m, uintptr_t stream, enum gs_launch_kind ki
  * launches went after its end event's record (its tail, counted by estimate) and whose stream
  * is still busy gets its end event again, so what the sync waits for is measured, not
  * estimated (a collective that spins there, a kernel far longer than the estimate). */
-void gs_meter_sync(struct gs_meter *m, int64_t now);
+void gs_meter_sync(struct gs_meter *m);
 /* Close idle batches and reconcile whatever completed (also done inside admit). */
 void gs_meter_poll(struct gs_meter *m, int64_t now);
 /* Throttle accounting: the caller held one launch back for `ns` in total. */

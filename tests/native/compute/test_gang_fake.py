@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harness import Harness, Spawned, read_line
+from harness import Harness, Spawned, launch_loops_ms, read_line
 
 SM = {"CUDA_DEVICE_SM_LIMIT": "50", "GPUSLICE_COMPUTE_PHASE": "1"}  # gang holds on
 
@@ -56,14 +56,8 @@ def test_a_hold_holds_the_container_and_only_the_container(
 def _loops(gs: Harness, regions: list[Path]) -> list[float]:
     """Two saturating loops started together, 300 x 1 ms on GPU 0 and 1500 x 0.2 ms on GPU 1
     (regions[i]: GPU i's process's region); their wall ms."""
-    procs = [_start(gs, "0", regions[0], "launch", 1000, 300),
-             _start(gs, "1", regions[1], "launch", 200, 1500)]  # fmt: skip
-    try:
-        return [float(read_line(p, "launch", timeout=30).kv["ms"]) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+    return launch_loops_ms([_start(gs, "0", regions[0], "launch", 1000, 300),
+                            _start(gs, "1", regions[1], "launch", 200, 1500)])  # fmt: skip
 
 
 def test_processes_in_a_gang_still_get_only_their_limit(gs: Harness) -> None:
