@@ -194,6 +194,15 @@ async def wait_http(url: str, what: str, timeout: float = 60.0, **kw: Any) -> No
             await asyncio.sleep(0.1)
 
 
+def _trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the extender keeps, and the QoS class the kubelet's status repeats (immutable: a
+    status write with another one is refused)."""
+    out = trim_pod(pod)
+    if qos := (pod.get("status") or {}).get("qosClass"):
+        out["status"]["qosClass"] = qos
+    return out
+
+
 class AgentEmulator:
     """The GPU nodes' side of each bound pod, after `delay_s` (the kubelet's admission and the
     node agent's Allocate answers): with `kubelet`, the kubelet's first status write (container
@@ -210,7 +219,7 @@ class AgentEmulator:
         self.changed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         labels = None if plain else {handoff.MANAGED_LABEL: "true"}  # plain: every pod
-        self.informer: Informer[Any] = Informer(client, Pod, labels=labels, trim=trim_pod,
+        self.informer: Informer[Any] = Informer(client, Pod, labels=labels, trim=_trim_pod,
                                                 handler=self._on)
 
     def _on(self, c: Change[Any]) -> None:
@@ -235,7 +244,7 @@ class AgentEmulator:
                 await patch_metadata(self.client, Pod, meta["name"], namespace=meta["namespace"],
                                      annotations={handoff.ALLOCATED: names})
         except Exception as exc:  # counted and reported: the run measured something else
-            self.failures[f"{type(exc).__name__}: {exc}"[:160]] += 1
+            self.failures[f"{type(exc).__name__}: {exc}".replace(meta["name"], "<pod>")[:240]] += 1
 
     async def _status(self, pod: dict[str, Any]) -> None:
         """The kubelet's first pods/status patch after admission (a strategic merge patch, as
@@ -253,7 +262,7 @@ class AgentEmulator:
             "$setElementOrder/conditions": [{"type": c["type"]} for c in conditions]
             + [{"type": "PodScheduled"}],
             "conditions": conditions, "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}],
-            "startTime": now, "qosClass": "BestEffort",
+            "startTime": now, "qosClass": pod["status"].get("qosClass", "BestEffort"),
             "containerStatuses": [{"name": c["name"], "image": "registry.invalid/never-pulled",
                                    "imageID": "",
                                    "ready": False, "restartCount": 0, "started": False,
@@ -264,7 +273,7 @@ class AgentEmulator:
         async with self.api.patch(url, data=json.dumps(body), headers={
                 "Content-Type": "application/strategic-merge-patch+json"}) as r:
             if r.status != 200:
-                raise RuntimeError(f"HTTP {r.status}: {(await r.text())[:100]}")
+                raise RuntimeError(f"HTTP {r.status}: {(await r.text())[:300]}")
 
     async def wait_bound(self, count: int, timeout: float) -> int:
         deadline = time.monotonic() + timeout
