@@ -57,7 +57,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._proxies: dict[str, tuple[yarl.URL | None, aiohttp.BasicAuth | None]] = {}
 
-    def _proxy(self, url: yarl.URL) -> tuple[yarl.URL | None, aiohttp.BasicAuth | None]:
+    def proxy_for(self, url: yarl.URL) -> tuple[yarl.URL | None, aiohttp.BasicAuth | None]:
         """The environment's proxy for `url`'s origin, looked up once (aiohttp's trust_env
         would look it up, and .netrc, in a thread on every request)."""
         origin = str(url.origin())
@@ -69,7 +69,8 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             self._proxies[origin] = found
         return self._proxies[origin]
 
-    def _current(self) -> aiohttp.ClientSession:
+    def session(self) -> aiohttp.ClientSession:
+        """The running loop's session, made on first use (kube/post.py sends through it too)."""
         loop = asyncio.get_running_loop()
         if self._session is None or self._loop is not loop or self._session.closed:
             # a session belongs to one loop; a client reused on another loop gets a new one
@@ -87,9 +88,9 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
                                         sock_read=timeouts.get("read"))
         body = await request.aread()
         url = yarl.URL(str(request.url), encoded=True)
-        proxy, proxy_auth = self._proxy(url)
+        proxy, proxy_auth = self.proxy_for(url)
         try:
-            reply = await self._current().request(
+            reply = await self.session().request(
                 request.method, url, headers=request.headers.multi_items(), data=body or None,
                 timeout=timeout, allow_redirects=False, proxy=proxy, proxy_auth=proxy_auth)
         except TimeoutError as exc:

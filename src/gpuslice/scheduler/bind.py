@@ -3,9 +3,10 @@
 Owns: `Binder.bind` — check the pod (same UID, not bound elsewhere), choose GPUs on the node the
 scheduler picked (filter.Evaluator, the in-flight rule included), hold them (ExtenderState.assume)
 so the next filter sees them at once, then POST the pod's binding subresource carrying
-gpuslice.io/assignment + gpuslice.io/bound-at as the Binding's annotations: the API server sets
-spec.nodeName and merges those annotations in one update, guarded by the pod's UID and the
-resourceVersion the GPUs were chosen from (kube-apiserver's BindingREST preconditions).
+gpuslice.io/assignment + gpuslice.io/bound-at as the Binding's annotations (through
+kube/post.py: a write per pod, lighter than lightkube's): the API server sets spec.nodeName and
+merges those annotations in one update, guarded by the pod's UID and the resourceVersion the GPUs
+were chosen from (kube-apiserver's BindingREST preconditions).
 Invariants: never a half-written assignment (there is one write). On 409 the pod is read again
 and, if still unbound, the GPUs chosen afresh; a request without an answer is sent again as it
 was, and a Binding that did land is recognised by its nodeName and bound-at. When binding fails
@@ -25,30 +26,23 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import msgspec
 from lightkube import AsyncClient
-from lightkube.core import resource as lkr
-from lightkube.generic_resource import Generic
-from lightkube.resources.core_v1 import Pod, PodBinding
+from lightkube.resources.core_v1 import Pod
 
 from gpuslice import codec, handoff
 from gpuslice.allocator import AllocationError
 from gpuslice.errors import RequestError
 from gpuslice.kube import errors
-from gpuslice.kube.client import dict_view
+from gpuslice.kube.client import FIELD_MANAGER, dict_view
 from gpuslice.kube.events import EventRecorder
+from gpuslice.kube.post import Poster
 from gpuslice.scheduler import wire
 from gpuslice.scheduler.filter import Evaluator
 
 __all__ = ["BindFailed", "Binder"]
 
 log = logging.getLogger(__name__)
-
-_BINDING = type("PodBinding", (lkr.NamespacedSubResource, Generic),
-                {"_api_info": lkr.api_info(PodBinding)})
-"""pods/binding with a plain-dict reply: the API answers a Binding with a v1 Status, which
-lightkube's typed PodBinding cannot decode (kube.client.dict_view covers objects, not
-subresources)."""
-
 
 class BindFailed(Exception):
     """This bind cannot succeed now; the message says why (it goes into the reply)."""
@@ -59,6 +53,7 @@ class Binder:
                  recorder: EventRecorder | None = None, *, attempts: int = 3,
                  retry_delay_s: float = 0.05, clock: Callable[[], float] = time.time) -> None:
         self.client, self.ev, self.recorder = client, evaluator, recorder
+        self.poster = Poster.from_client(client, field_manager=FIELD_MANAGER)
         self.state = evaluator.state
         self.attempts, self.retry_delay_s, self.clock = attempts, retry_delay_s, clock
 
@@ -164,12 +159,13 @@ class Binder:
             version = (pod.get("metadata") or {}).get("resourceVersion")
             if version:
                 metadata["resourceVersion"] = version
-        binding = _BINDING({"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
-                            "target": {"apiVersion": "v1", "kind": "Node", "name": args.Node}})
+        body = msgspec.json.encode({
+            "apiVersion": "v1", "kind": "Binding", "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": args.Node}})
+        path = f"/api/v1/namespaces/{args.PodNamespace}/pods/{args.PodName}/binding"
         for attempt in range(self.attempts):
             try:
-                with errors.translate(f"bind pod {args.PodNamespace}/{args.PodName}"):
-                    await self.client.create(binding, args.PodName, namespace=args.PodNamespace)
+                await self.poster.post(path, body, f"bind pod {args.PodNamespace}/{args.PodName}")
                 return
             except errors.Unavailable:
                 if attempt == self.attempts - 1:

@@ -148,6 +148,7 @@ class Extender:
                 await runner.cleanup()
         self._runner = self._ops_runner = None
         await self.recorder.flush()
+        await self.binder.poster.close()
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT, then stop cleanly (the Lease is released)."""

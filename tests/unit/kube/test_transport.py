@@ -157,10 +157,10 @@ def test_the_environments_proxy_is_looked_up_once_per_origin(monkeypatch):
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
     transport = AiohttpTransport(False)
-    found = transport._proxy(yarl.URL("http://api.test:6443/api/v1/pods"))
+    found = transport.proxy_for(yarl.URL("http://api.test:6443/api/v1/pods"))
     assert str(found[0]) == "http://proxy.test:3128"
     monkeypatch.setenv("HTTP_PROXY", "http://other.test:3128")
-    assert transport._proxy(yarl.URL("http://api.test:6443/api/v1/nodes")) == found, \
+    assert transport.proxy_for(yarl.URL("http://api.test:6443/api/v1/nodes")) == found, \
         "cached per origin: no lookup (and no thread hop) per request"
-    assert AiohttpTransport(False, trust_env=False)._proxy(
+    assert AiohttpTransport(False, trust_env=False).proxy_for(
         yarl.URL("http://api.test:6443/"))[0] is None
