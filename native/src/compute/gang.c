@@ -13,8 +13,8 @@ struct gs_gang_view {
     int active;      /* processes in the gang, this one aside */
     int new_stop;    /* one stopped after our last release */
     int draining;    /* a stopped one's queue still runs */
-    int pending;     /* ... and still ran at a check after our queue drained: it may wait for a
-                      * launch of ours */
+    int pending;     /* ... and still ran after our queue drained: it may wait for a launch of
+                      * ours */
     int queued;      /* a running one launches no more but has work queued: it may too */
     int overdue;     /* ... past its estimate: it most likely waits (in a sync, on a peer) */
     int busy;        /* one still launches: it will see a stop at its next launch */
@@ -51,7 +51,12 @@ static struct gs_gang_view gs_gang_scan(const struct gs_gang *g, int64_t now)
             if (release > v.release && release <= now + GS_BUDGET_HORIZON_NS)
                 v.release = release;
             v.draining |= !(beat & 1);
-            v.pending |= !(beat & 1) && g->drained_ns && checked >= g->drained_ns;
+            /* pending: its queue still ran at a check after ours drained, or it checks no
+             * more (it waits in a sync) while what it queued is not done: a sync returns
+             * with its in-flight work published as done (launch.c) */
+            v.pending |= !(beat & 1) && g->drained_ns &&
+                         (checked >= g->drained_ns ||
+                          (inflight > 0 && now - checked > GS_GANG_IDLE_NS));
         } else if (now - last < GS_GANG_IDLE_NS) {
             v.busy = 1;
         } else if (inflight > 0 && now - last > inflight + GS_GANG_OVERDUE_NS) {
@@ -104,6 +109,9 @@ int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t 
     if (room && (v.pending || v.overdue || (v.queued && own_wait < GS_GANG_GUESS_NS))) {
         g->catchup++;
         g->drained_ns = 0;
+        /* our queue is empty no more: a peer that sees no check of ours after this (we may
+         * wait in a sync next) must not take us for drained */
+        GS_STORE(g->self->gang_beat_ns, now & ~1LL);
         return 0;
     }
     /* hold only once every stopped queue is empty: a hold while one still runs could leave it

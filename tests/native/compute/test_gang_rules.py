@@ -95,6 +95,22 @@ def test_an_empty_queue_catches_up_for_one_that_still_runs_one_launch_at_a_time(
     assert admit(s, NOW + 300_000, 3 * MS, NOW + 20 * MS, 1) > 0, "its beat is older than our drain"
 
 
+def test_an_empty_queue_catches_up_at_once_for_one_that_waits_in_a_sync(admit) -> None:
+    """One in a sync checks no more, so no check of it comes after our drain; what it queued is
+    not done (a sync returns with its work published as done): it may spin until our next
+    launch (one GPU: its spinning kernel keeps the GPU until ours is queued)."""
+    s = Slots(2)
+    s.set(1, stop=NOW - 5 * MS, beat=NOW - 3 * MS, release=NOW + 20 * MS)  # bit 0: not drained
+    s.set(1, inflight=2 * MS)
+    admit(s, NOW, 3 * MS, NOW + 20 * MS, 1)  # stops; marks our queue empty since now
+    assert admit(s, NOW + 100_000, 3 * MS, NOW + 20 * MS, 1) == 0, "catch up: one launch"
+    assert s.word(0, BEAT) & 1 == 0, "and our own queue is published as not empty before it"
+    s.set(1, inflight=0)  # its sync returned: its queue is done (its beat is still old)
+    assert admit(s, NOW + 200_000, 3 * MS, NOW + 20 * MS, 1) > 0, "nothing to catch up for"
+    s.set(1, inflight=2 * MS, beat=NOW + 150_000)  # it checks (its gate): its own word counts
+    assert admit(s, NOW + 300_000, 3 * MS, NOW + 20 * MS, 1) > 0, "its check was before our drain"
+
+
 def test_catching_up_stops_at_the_overdraft(admit) -> None:
     """Catch-up launches are charged, but a process deep in debt holds instead."""
     s = Slots(2)
