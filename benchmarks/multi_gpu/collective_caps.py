@@ -48,9 +48,9 @@ def gpu_uuids() -> list[str]:
     return [u.strip() for u in out.splitlines() if u.strip()]
 
 
-# gang holds (GPUSLICE_COMPUTE_PHASE): as the node agent sets them, for a container of two or
-# more GPUs (the pair on two GPUs); --phase: on for the one-GPU pair too
-PHASE = {"one-gpu": "0", "two-gpus": "1"}
+# gang holds (GPUSLICE_COMPUTE_PHASE): on, as the node agent sets them for a container under a
+# compute limit; --no-phase: off for both pairs (the controller without them)
+PHASE = {"one-gpu": "1", "two-gpus": "1"}
 TRACE: dict[str, Path] = {}  # --trace: "dir" -> each run's own subdirectory of it
 
 
@@ -125,14 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compute-us", type=float, default=500)
     ap.add_argument("--disguised-seconds", type=float, default=4)
     ap.add_argument("--placements", default="two-gpus,one-gpu")
-    ap.add_argument("--phase", action="store_true",
-                    help="gang holds for the one-GPU pair too (the two-GPU pair always has them)")
+    ap.add_argument("--phase", action=argparse.BooleanOptionalAction, default=True,
+                    help="gang holds (GPUSLICE_COMPUTE_PHASE=1, as the node agent sets them); "
+                         "--no-phase: without them")
     ap.add_argument("--trace", type=Path, help="GPUSLICE_COMPUTE_TRACE: DIR/<placement>-<limit>")
     args = ap.parse_args(argv)
     if args.trace:
         TRACE["dir"] = args.trace
-    if args.phase:
-        PHASE["one-gpu"] = "1"
+    if not args.phase:
+        PHASE.update(dict.fromkeys(PHASE, "0"))
     if not args.lib.is_file():
         sys.exit(f"collective_caps: no library at {args.lib}: build it (make -C native ZIG=)")
     limits = [int(x) for x in args.limits.split(",") if x]

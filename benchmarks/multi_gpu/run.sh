@@ -22,8 +22,8 @@
 #   BEFORE_LIB (an older libgpuslice.so for phase 5's before rounds; none by default),
 #   NCCL_ROUNDS (default "plain caps compute plain caps"; compute = one round per limit),
 #   COMPUTE_PHASE (GPUSLICE_COMPUTE_PHASE, issue 21's gang holds, in every compute round: 1 or 0;
-#   default as the node agent sets it: on for a container of 2+ GPUs), ROUND_LIMIT (s, default 100: one NCCL
-#   round's limit), TRACE (1: every limited process writes GPUSLICE_COMPUTE_TRACE launch traces;
+#   default 1, as the node agent sets it for a container under a compute limit), ROUND_LIMIT (s,
+#   default 100: one NCCL round's limit), TRACE (1: every limited process writes GPUSLICE_COMPUTE_TRACE launch traces;
 #   trace_summary.py reads them into traces.md, and they come back as traces.txz)
 # Writes at most 8 files to RESULTS_DIR (the device tool brings back no more): run.log, env.json,
 #   pytest-junit.xml, gpu_tests.jsonl, inventory.json, nccl.json, summary.md, artifacts.tgz
@@ -128,8 +128,8 @@ nccl_round() {
     for ((i = 0; i < n; i++)); do
       envs+=(CUDA_DEVICE_MEMORY_LIMIT_$i="${CAP_LIST[i % ${#CAP_LIST[@]}]}")
     done
-    # gang holds: as the node agent sets them (a container of 2+ GPUs), unless COMPUTE_PHASE says
-    local phase=${COMPUTE_PHASE:-$((n > 1 ? 1 : 0))}
+    # gang holds: as the node agent sets them (on under a compute limit), unless COMPUTE_PHASE says
+    local phase=${COMPUTE_PHASE:-1}
     [[ $label == *compute-* ]] && envs+=(CUDA_DEVICE_SM_LIMIT="${label##*compute-}"
                                          GPUSLICE_COMPUTE_PHASE="$phase")
     if [[ $label == *compute-* && ${TRACE:-0} == 1 ]]; then
@@ -193,7 +193,7 @@ if [[ $BUILT == 1 ]]; then
     else
       BEFORE=()
       [[ -n ${BEFORE_LIB:-} ]] && BEFORE=(--before-lib "$BEFORE_LIB" --before-timeout 15)
-      [[ ${COMPUTE_PHASE:-0} == 1 ]] && BEFORE+=(--phase)
+      [[ ${COMPUTE_PHASE:-1} == 0 ]] && BEFORE+=(--no-phase)
       [[ ${TRACE:-0} == 1 ]] && BEFORE+=(--trace "$WORK/trace-coll")
       run_limited "$(limit 200)" "collective_caps.py" python3 "$HERE/collective_caps.py" \
         --out "$WORK" --limits "$(IFS=,; echo "${SM_LIMITS[*]}")" "${BEFORE[@]}"

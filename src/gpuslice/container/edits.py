@@ -60,10 +60,10 @@ def container_edits(region: RegionSpec, region_dir: str, layout: Layout
     }
     envs.update({f"CUDA_DEVICE_MEMORY_LIMIT_{i}": f"{limit >> 20}m"
                  for i, limit in enumerate(region.limits)})
-    if 0 < region.sm_limit < 100 and len(uuids) > 1:
-        # ranks on several GPUs under a compute limit hold together, or their collectives stall
-        # (gang holds, docs/compute.md "Ranks of one job"; off for one GPU: two processes sharing
-        # one lose ~5 points on small kernels to it)
+    if 0 < region.sm_limit < 100:
+        # the container's processes under a compute limit hold together, or collectives between
+        # them stall (gang holds, docs/compute.md "Ranks of one job"); alone a process is as
+        # without them
         envs["GPUSLICE_COMPUTE_PHASE"] = "1"
 
     mounts = (

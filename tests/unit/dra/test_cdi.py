@@ -74,3 +74,14 @@ def test_a_failed_write_leaves_the_old_spec_and_no_temporary_file(tmp_path, monk
 def test_a_uid_that_is_no_uid_never_becomes_a_path(uid):
     with pytest.raises(ValueError, match="not a Kubernetes uid"):
         cdi.path("/var/run/cdi", uid)
+
+
+@pytest.mark.parametrize(("gpus", "sm_limit", "gang"), [
+    ((U0, U1), 30, True), ((U0,), 50, True),  # two ranks on one GPU are a job too
+    ((U0,), 100, False), ((U0, U1), 0, False)])  # no compute limit: nothing to hold together
+def test_gang_holds_for_every_container_under_a_compute_limit(gpus: tuple[str, ...],
+                                                              sm_limit: int, gang: bool) -> None:
+    region = RegionSpec(device_uuids=gpus, limits=(1024 << 20,) * len(gpus), sm_limit=sm_limit)
+    env, _ = container_edits(region, "/s/regions/x", LAYOUT)
+    assert ("GPUSLICE_COMPUTE_PHASE" in env) is gang
+    assert env.get("GPUSLICE_COMPUTE_PHASE", "1") == "1"
