@@ -126,8 +126,15 @@ async def test_the_demo_pods_are_prepared_by_the_real_kubelet_through_dra(dra_no
                 break
             await asyncio.sleep(0.5)
         else:
-            states = {n: pods[n].get("status") for n in created}
-            pytest.fail(f"pods not Running: {json.dumps(states)[:3000]}")
+            from lightkube.resources.core_v1 import Event
+
+            stuck = {n: _why(pods[n]) for n in created
+                     if pods[n].get("status", {}).get("phase") != "Running"}
+            warnings = [f"{e['involvedObject'].get('name')}: {e.get('reason')}: {e.get('message')}"
+                        async for e in client.list(dict_view(Event), namespace=NS)
+                        if e.get("type") == "Warning"]
+            pytest.fail(f"pods not Running after 90 s: {json.dumps(stuck)}; "
+                        f"the namespace's last warnings: {warnings[-10:]}")
         n = await client.get(dict_view(Node), node.name)
         assert not any(r.startswith(("nvidia.com/", "volcano.sh/", "tencent.com/")) and
                        int(q) > 0 for r, q in n["status"].get("allocatable", {}).items()), \
@@ -150,3 +157,16 @@ async def test_the_demo_pods_are_prepared_by_the_real_kubelet_through_dra(dra_no
             scheduler.stop()
         await server.stop()
         await client.close()
+
+
+def _why(pod: dict) -> dict:
+    """What a pod that is not Running says about it: phase, the conditions not True, and the
+    reasons its containers wait."""
+    status = pod.get("status") or {}
+    return {"phase": status.get("phase"),
+            "conditions": [f"{c.get('type')}={c.get('status')} {c.get('reason') or ''} "
+                           f"{c.get('message') or ''}".strip()
+                           for c in status.get("conditions") or [] if c.get("status") != "True"],
+            "waiting": [f"{c.get('name')}: {w.get('reason')} {w.get('message') or ''}".strip()
+                        for c in status.get("containerStatuses") or []
+                        if (w := (c.get("state") or {}).get("waiting"))]}
