@@ -23,8 +23,9 @@
 #   NCCL_ROUNDS (default "plain caps compute plain caps"; compute = one round per limit),
 #   COMPUTE_PHASE (GPUSLICE_COMPUTE_PHASE, issue 21's gang holds, in every compute round: 1 or 0;
 #   default 1, as the node agent sets it for a container under a compute limit), ROUND_LIMIT (s,
-#   default 100: one NCCL round's limit), TRACE (1: every limited process writes GPUSLICE_COMPUTE_TRACE launch traces;
-#   trace_summary.py reads them into traces.md, and they come back as traces.txz)
+#   default 100: one NCCL round's limit), TRACE (1: every limited process writes
+#   GPUSLICE_COMPUTE_TRACE launch traces; trace_summary.py reads them into traces.md, and they
+#   come back as traces.txz)
 # Writes at most 8 files to RESULTS_DIR (the device tool brings back no more): run.log, env.json,
 #   pytest-junit.xml, gpu_tests.jsonl, inventory.json, nccl.json, summary.md, artifacts.tgz
 #   (with TRACE=1, traces.md and traces.txz instead of pytest-junit.xml and gpu_tests.jsonl: run

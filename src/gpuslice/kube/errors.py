@@ -28,7 +28,7 @@ from lightkube import ApiError
 from gpuslice.errors import GpusliceError
 
 __all__ = ["APIError", "Conflict", "Forbidden", "Gone", "Invalid", "NotFound", "Unavailable",
-           "from_exception", "from_status", "translate"]
+           "from_exception", "from_reply", "from_status", "translate"]
 
 MAX_TEXT = 256
 
@@ -107,11 +107,30 @@ def from_status(status: Mapping[str, Any], what: str = "") -> APIError:
     return _make(_class_for(code), what, message, code, reason)
 
 
-def _retry_after(response: httpx2.Response) -> float | None:
+def _seconds(retry_after: str | None) -> float | None:
+    """A Retry-After header's seconds (None: absent or not a number)."""
     try:
-        return max(0.0, float(response.headers.get("Retry-After", "")))
+        return max(0.0, float(retry_after or ""))
     except ValueError:
         return None
+
+
+def _retry_after(response: httpx2.Response) -> float | None:
+    return _seconds(response.headers.get("Retry-After"))
+
+
+def from_reply(code: int, body: bytes, retry_after: str | None, what: str = "") -> APIError:
+    """The error a non-2xx reply stands for: its v1 Status when it is one, else its text (a
+    proxy's page); `retry_after` is its Retry-After header (kube/post.py's replies)."""
+    try:
+        status = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        status = None
+    if not (isinstance(status, dict) and status.get("kind") == "Status"):
+        status = {"message": body.decode("utf-8", "replace").strip() or f"HTTP {code}"}
+    reason = str(status.get("reason") or "")
+    message = str(status.get("message") or reason or "the API server reported an error")
+    return _make(_class_for(code), what, message, code, reason, _seconds(retry_after))
 
 
 def from_exception(exc: BaseException, what: str = "") -> APIError | None:

@@ -15,12 +15,10 @@ Tests: tests/unit/kube/test_post.py; every bind of the integration and real-Kube
 
 from __future__ import annotations
 
-import contextlib
 import ssl
 
 import aiohttp
 import httpx2
-import msgspec
 import yarl
 from lightkube import AsyncClient
 from lightkube.config.client_adapter import user_auth, verify_cluster
@@ -72,7 +70,7 @@ class Poster:
             if retry is not None:
                 status, reply, retry_after = await self._send(url, body, _sendable(retry), what)
         if not 200 <= status < 300:
-            raise _error(status, reply, retry_after, what)
+            raise errors.from_reply(status, reply, retry_after, what)
 
     async def _send(self, url: str, body: bytes, headers: dict[str, str],
                     what: str) -> tuple[int, bytes, str | None]:
@@ -98,18 +96,3 @@ def _sendable(request: httpx2.Request) -> dict[str, str]:
     (httpx2 put a length of 0 there: the flow's request has no body)."""
     return {k: v for k, v in request.headers.items() if k not in ("host", "content-length")}
 
-
-def _error(status: int, reply: bytes, retry_after: str | None, what: str) -> errors.APIError:
-    """The typed error of a non-2xx reply: its v1 Status when it is one, else its text."""
-    try:
-        decoded = msgspec.json.decode(reply)
-    except msgspec.DecodeError:
-        decoded = None
-    if not (isinstance(decoded, dict) and decoded.get("kind") == "Status"):
-        decoded = {"code": status, "message": reply.decode("utf-8", "replace").strip()
-                   or f"HTTP {status}"}
-    error = errors.from_status({**decoded, "code": status}, what)
-    if isinstance(error, errors.Unavailable) and retry_after is not None:
-        with contextlib.suppress(ValueError):
-            error.retry_after = max(0.0, float(retry_after))
-    return error
