@@ -4,7 +4,8 @@ and is any GPU over-committed (DESIGN §6: >= 300 pods/s, zero over-committed GP
 
 What runs, each in its own process (so each has a core where the machine has them): the API
 server (tests/kubeapi's server, or a real kube-apiserver + etcd when KUBEBUILDER_ASSETS has
-them), `gpuslice webhook` (HTTPS, registered with a MutatingWebhookConfiguration), `gpuslice
+them), `gpuslice webhook` (HTTPS; on a real kube-apiserver registered with the chart's
+MutatingWebhookConfiguration, rendered by helm, matchConditions and all), `gpuslice
 scheduler` (Lease leader election), the scheduler (tests/kubeapi's driver, which plays
 kube-scheduler with its real bodies one pod at a time, or the real kube-scheduler when
 KUBEBUILDER_ASSETS has one, configured from deploy/scheduler/kube-scheduler-config.yaml), a
@@ -32,6 +33,7 @@ import gc
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -500,8 +502,12 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             if not a.no_webhook:
                 url, ca = procs.start_webhook()
                 await wait_http(f"{url}/healthz", "the webhook", ssl=False)
-                await client.create(MUTATING(webhook_config(url, ca)))  # type: ignore[call-arg]
                 webhook = "gpuslice webhook (HTTPS, own process)"
+                if plane is None:  # the in-process server evaluates no matchConditions
+                    await client.create(MUTATING(webhook_config(url, ca)))  # type: ignore
+                else:
+                    await chart_webhook_config(client, url, ca)
+                    webhook += ", the chart's MutatingWebhookConfiguration"
             procs.start_extender()
             ext_url = f"http://127.0.0.1:{procs.extender_port}"
             await wait_http(f"{ext_url}/readyz", "the extender")
@@ -660,6 +666,32 @@ async def compare(a: argparse.Namespace) -> dict[str, Any]:
             "overcommitted_gpus": sum(r["gpuslice"]["overcommitted_gpus"] for r in rounds),
             "bound": min(r[m]["bound"] for r in rounds for m in r),
             "rounds": rounds}
+
+
+def helm() -> str:
+    for found in (os.environ.get("HELM_BINARY"), ROOT / ".cache/tools/bin/helm",
+                  shutil.which("helm")):
+        if found and Path(found).exists():
+            return str(found)
+    raise SystemExit("e2e_bench: helm not found (it renders the chart's webhook configuration): "
+                     "run `bash deploy/tools/get-helm.sh`")
+
+
+async def chart_webhook_config(client: AsyncClient, url: str, ca: bytes) -> None:
+    """The chart's MutatingWebhookConfiguration as `helm install` renders it (its
+    matchConditions included: kube-apiserver evaluates them for every pod), pointed at `url`."""
+    done = subprocess.run(
+        [helm(), "template", "gpuslice", str(ROOT / "deploy/helm/gpuslice"), "--namespace",
+         "gpuslice-system", "--kube-version", "1.36.0", "--show-only", "templates/webhook.yaml"],
+        capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"e2e_bench: helm template failed: {done.stderr}")
+    (hook,) = [o for o in yaml.safe_load_all(done.stdout)
+               if o and o["kind"] == "MutatingWebhookConfiguration"]
+    hook["metadata"].pop("annotations", None)
+    hook["webhooks"][0]["clientConfig"] = {"url": f"{url}/mutate",
+                                           "caBundle": base64.b64encode(ca).decode()}
+    await client.create(MUTATING(hook))  # type: ignore[call-arg]
 
 
 def webhook_config(url: str, ca: bytes) -> dict[str, Any]:

@@ -81,7 +81,7 @@ def schema() -> dict[str, Any]:
                 "failurePolicy": {"enum": ["Fail", "Ignore"]},
                 "timeoutSeconds": {"type": "integer", "minimum": 1, "maximum": 30},
                 "optOutLabel": obj({"key": STR, "value": STR}),
-                "excludeNamespaces": {"type": "array", "items": STR}, "inServerPath": BOOL,
+                "excludeNamespaces": {"type": "array", "items": STR},
                 "logLevel": LEVEL, "config": ref["WebhookConfig"],
                 "certificates": obj({
                     "source": {"enum": ["certgen", "cert-manager"]},

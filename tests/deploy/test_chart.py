@@ -32,7 +32,6 @@ KUBE_VERSION = "1.36.0"
 # `helm template` knows no cluster: say what a 1.36 API server serves beyond helm's defaults.
 CLUSTER = ["--kube-version", KUBE_VERSION,
            "--api-versions", "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
-           "--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
            "--api-versions", "resource.k8s.io/v1/DeviceClass"]
 CRD_KINDS = {"Certificate", "Issuer", "ServiceMonitor"}  # not in the core schema
 PLACEMENT = "-placement-annotations"  # the ValidatingAdmissionPolicy that guards placement
@@ -311,12 +310,8 @@ def _cel_strings(expression: str) -> set[str]:
 def test_only_gpu_pods_and_what_gpuslice_refuses_are_sent_to_the_webhook(case):
     from gpuslice.webhook.admit import DEVICE_ENV, DEVICE_ENV_HIDDEN, TENANT_ANNOTATIONS
 
-    objs = render(case)
-    (hook,) = find(objs, "MutatingWebhookConfiguration")["webhooks"]
-    condition, *skip = hook["matchConditions"]
-    in_server = [o for o in objs if o["kind"] == "MutatingAdmissionPolicy"]
-    assert [c["name"] for c in skip] == (["not-admitted-in-server"] if in_server else []), \
-        "the webhook skips pods only where the in-server path is rendered"
+    (hook,) = find(render(case), "MutatingWebhookConfiguration")["webhooks"]
+    (condition,) = hook["matchConditions"]
     quoted = _cel_strings(condition["expression"])
     assert quoted >= dialects.RESOURCE_NAMES, "every dialect's resource names a GPU pod"
     names = {q for q in quoted if "/" in q and not q.startswith("gpuslice.io/")}
@@ -454,36 +449,7 @@ def test_docs_show_the_policy_and_match_conditions_the_chart_renders():
     (want,) = find(chart, "MutatingWebhookConfiguration")["webhooks"]
     (got,) = next(o for o in documented if o["kind"] == "MutatingWebhookConfiguration")[
         "webhooks"]
-    assert squeeze(got["matchConditions"][0]) == squeeze(want["matchConditions"][0])
-    assert [c["name"] for c in got["matchConditions"]] == \
-        [c["name"] for c in want["matchConditions"]]
-
-
-@pytest.mark.parametrize(("values", "rendered"), [
-    ([], True), (["--set", "webhook.inServerPath=false"], False),
-    (["--set", "webhook.config.dra.enabled=true"], False)])
-def test_the_in_server_path_is_rendered_by_default_but_not_with_dra_routing(values, rendered):
-    done = run_helm("template", "t", str(CHART), *CLUSTER, "--set", "schedulerName=gpu-sched",
-                    *values)
-    assert done.returncode == 0, done.stderr
-    objs = [o for o in yaml.safe_load_all(done.stdout) if o]
-    kinds = [o["kind"] for o in objs if o["kind"].startswith("MutatingAdmissionPolicy")]
-    assert kinds == (["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]
-                     if rendered else [])
-    (hook,) = find(objs, "MutatingWebhookConfiguration")["webhooks"]
-    assert len(hook["matchConditions"]) == (2 if rendered else 1)
-    if rendered:
-        policy = find(objs, "MutatingAdmissionPolicy")
-        assert policy["spec"]["matchConstraints"]["namespaceSelector"] == \
-            hook["namespaceSelector"], "it serves the webhook's namespaces, no others"
-        patch = policy["spec"]["mutations"][0]["jsonPatch"]["expression"]
-        assert "'gpu-sched'" in patch and "'gpuslice-scheduler'" not in patch
-        assert "'gpu-sched'" in hook["matchConditions"][1]["expression"]
-    old = run_helm("template", "t", str(CHART), "--kube-version", "1.35.0", "--api-versions",
-                   "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy", *values)
-    assert old.returncode == 0, old.stderr
-    assert "kind: MutatingAdmissionPolicy" not in old.stdout, "not where it is not served"
-    assert "not-admitted-in-server" not in old.stdout
+    assert squeeze(got["matchConditions"]) == squeeze(want["matchConditions"])
 
 
 @pytest.mark.parametrize("path", ["dra", "device-plugin"])

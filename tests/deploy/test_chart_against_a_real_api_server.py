@@ -28,7 +28,6 @@ NAMESPACE = "gpuslice-system"
 CASES = {"default": [], "dra": ["--set", "dra.enabled=true"]}
 # Kinds a value of the chart must add to a render of these cases (the server has them all).
 EXPECTED = {"default": {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-                        "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
                         "MutatingWebhookConfiguration", "ClusterRole", "Role", "Job"},
             "dra": {"DeviceClass", "ValidatingAdmissionPolicy"}}
 
