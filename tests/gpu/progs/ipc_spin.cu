@@ -7,6 +7,7 @@
 //     a compute kernel of COMPUTE_US (every SM busy), then a one-thread barrier kernel that sets
 //     its flag to the step and SPINS until the peer's flag reaches it, then a stream sync. The
 //     barrier cannot end before the peer's barrier kernel ran: a kernel blocked on a peer.
+//     Both ranks meet on the host (DIR/ready.RANK) before their first launch.
 //   ipc_spin disguised SECONDS SPIN_US
 //     One process launching, for SECONDS, a kernel named like NCCL's all-reduce kernel
 //     ("ncclDevKernel_AllReduce_Sum_f32_RING_LL") that "waits for a peer" that never comes: it
@@ -133,6 +134,28 @@ static int sm_count(void)
     return n;
 }
 
+// Both ranks set up before either launches (as torch.distributed's rendezvous over TCP comes
+// before any collective): without it rank 0's first barrier spins, on the GPU and charged, for
+// as long as rank 1 takes to start, and the job pays that back in holds.
+static int rendezvous(const char *dir, int rank)
+{
+    char mine[4096], theirs[4096];
+    snprintf(mine, sizeof mine, "%s/ready.%d", dir, rank);
+    snprintf(theirs, sizeof theirs, "%s/ready.%d", dir, 1 - rank);
+    FILE *f = fopen(mine, "w");
+    if (!f || fclose(f) != 0) {
+        perror("ipc_spin: writing the ready mark");
+        return 1;
+    }
+    for (int i = 0; i < 30000; i++) { // 30 s
+        if (access(theirs, F_OK) == 0)
+            return 0;
+        usleep(1000);
+    }
+    fprintf(stderr, "ipc_spin: rank %d never became ready (%s)\n", 1 - rank, theirs);
+    return 1;
+}
+
 static int pair(int rank, const char *dir, int steps, double compute_us)
 {
     char path[4096], tmp[4096];
@@ -163,6 +186,9 @@ static int pair(int rank, const char *dir, int steps, double compute_us)
     }
     float *sink;
     CHECK(cudaMalloc(&sink, 4096 * sizeof(float)));
+    CHECK(cudaDeviceSynchronize());
+    if (rendezvous(dir, rank) != 0)
+        return 1;
     long long ns = (long long)(compute_us * 1e3), give_up = 30LL * 1000 * 1000 * 1000;
     int blocks = sm_count();
     std::vector<double> t;
