@@ -503,8 +503,9 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 url, ca = procs.start_webhook()
                 await wait_http(f"{url}/healthz", "the webhook", ssl=False)
                 webhook = "gpuslice webhook (HTTPS, own process)"
-                chart = helm() if plane is not None else None  # (the in-process server
-                if chart is None:                               # evaluates no matchConditions)
+                # (the in-process server evaluates no matchConditions: a bare configuration)
+                chart = helm() if plane is not None else None
+                if chart is None:
                     await client.create(MUTATING(webhook_config(url, ca)))  # type: ignore
                     webhook += ", a bare MutatingWebhookConfiguration" + (
                         "" if plane is None else " (no helm: bash deploy/tools/get-helm.sh)")
