@@ -17,6 +17,7 @@ struct gs_gang_view {
                       * ours */
     int queued;      /* a running one launches no more but has work queued: it may too */
     int overdue;     /* ... past its estimate: it most likely waits (in a sync, on a peer) */
+    int late;        /* a pending one's queue is past its estimate: it waits on us */
     int busy;        /* one still launches: it will see a stop at its next launch */
     int64_t release; /* the latest release a stopped one published */
 };
@@ -54,9 +55,13 @@ static struct gs_gang_view gs_gang_scan(const struct gs_gang *g, int64_t now)
             /* pending: its queue still ran at a check after ours drained, or it checks no
              * more (it waits in a sync) while what it queued is not done: a sync returns
              * with its in-flight work published as done (launch.c) */
-            v.pending |= !(beat & 1) && g->drained_ns &&
-                         (checked >= g->drained_ns ||
-                          (inflight > 0 && now - checked > GS_GANG_IDLE_NS));
+            int pending = !(beat & 1) && g->drained_ns &&
+                          (checked >= g->drained_ns ||
+                           (inflight > 0 && now - checked > GS_GANG_IDLE_NS));
+            int64_t from = last > g->drained_ns ? last : g->drained_ns;
+            int64_t expect = inflight < GS_GANG_LATE_NS ? inflight : GS_GANG_LATE_NS;
+            v.pending |= pending;
+            v.late |= pending && now - from > expect + GS_GANG_OVERDUE_NS;
         } else if (now - last < GS_GANG_IDLE_NS) {
             v.busy = 1;
         } else if (inflight > 0 && now - last > inflight + GS_GANG_OVERDUE_NS) {
@@ -106,7 +111,14 @@ int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t 
      * never run past what it waits for. A running process's queued work is a weaker sign: it
      * may just be computing (a shorter overdraft). */
     int room = own_wait < GS_GANG_OVERDRAFT_NS && g->catchup < GS_GANG_CATCHUP;
-    if (room && (v.pending || v.overdue || (v.queued && own_wait < GS_GANG_GUESS_NS))) {
+    /* Past that, a hold while a stopped queue waits on us would leave it spinning for the whole
+     * hold, charged (its debt then holds us as long: the cascade of holds without gang). So,
+     * up to a hard bound, we still catch up for a queue past its estimate, and wait briefly
+     * for a draining one to become that or to drain: the stop ends where nobody waits on us. */
+    int grace = !room && own_wait < GS_GANG_OVERDRAFT_NS + GS_GANG_GRACE_NS &&
+                g->catchup < GS_GANG_CATCHUP + GS_GANG_GRACE;
+    if ((room && (v.pending || v.overdue || (v.queued && own_wait < GS_GANG_GUESS_NS))) ||
+        (grace && v.late)) {
         g->catchup++;
         g->drained_ns = 0;
         /* our queue is empty no more: a peer that sees no check of ours after this (we may
@@ -117,7 +129,8 @@ int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t 
     /* hold only once every stopped queue is empty: a hold while one still runs could leave it
      * spinning. Past the overdraft we cannot catch up for it, so it gets GS_GANG_SETTLE_NS like
      * the ones still launching, then we hold (it spins, charged: the behaviour without gang) */
-    if ((v.draining && room) ||
+    if ((v.draining && (room || (grace && now - g->drained_ns <
+                                          GS_GANG_LATE_NS + GS_GANG_OVERDUE_NS))) ||
         ((v.draining || v.busy || v.queued || v.overdue) && now - g->stop_ns < GS_GANG_SETTLE_NS))
         return GS_GANG_POLL_NS;
     int64_t release = own_release > v.release ? own_release : v.release;

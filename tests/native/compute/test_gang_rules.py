@@ -15,6 +15,8 @@ NOW = 5000 * S
 # compute_shared.h, struct gs_compute_proc (88 bytes)
 INFLIGHT, LAST_LAUNCH, STOP, BEAT, RELEASE = 32, 40, 64, 72, 80
 OVERDRAFT = 1 * S  # gang.h GS_GANG_OVERDRAFT_NS
+GRACE = 100 * MS  # gang.h GS_GANG_GRACE_NS
+POLL = 50_000  # gang.h GS_GANG_POLL_NS
 HORIZON = 11 * S  # budget.h GS_BUDGET_HORIZON_NS
 
 COUNT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
@@ -112,15 +114,49 @@ def test_an_empty_queue_catches_up_at_once_for_one_that_waits_in_a_sync(admit) -
 
 
 def test_catching_up_stops_at_the_overdraft(admit) -> None:
-    """Catch-up launches are charged, but a process deep in debt holds instead."""
+    """Catch-up launches are charged, but a process deep in debt holds instead: past 1 s of
+    debt only for a queue that waits on it (past its estimate: 1 ms here), up to 1.1 s; past
+    that it holds whatever waits (the other spins: no gang can help)."""
     s = Slots(2)
-    s.set(1, stop=NOW - MS, beat=NOW + 1, release=NOW)
+    s.set(1, stop=NOW - MS, beat=NOW + 1, release=NOW, inflight=MS, last=NOW - 2 * MS)
     admit(s, NOW, OVERDRAFT, NOW + 2 * S, 1)  # stops (first call marks our queue empty)
     s.set(1, beat=NOW + 2)
-    assert admit(s, NOW + 3, OVERDRAFT, NOW + 2 * S, 1) > 0, "1 s of debt: no catch-up"
-    later = NOW + 6 * MS  # past GS_GANG_SETTLE_NS: it holds (the other spins: no gang can help)
+    assert admit(s, NOW + 3, OVERDRAFT, NOW + 2 * S, 1) > 0, "1 s of debt: it may yet drain"
+    late = NOW + 1_300_000  # its queue is past its estimate: it waits on us
+    s.set(1, beat=late)
+    assert admit(s, late, OVERDRAFT, NOW + 2 * S, 1) == 0, "one more launch, not a spin"
+    deep = OVERDRAFT + GRACE
+    s.set(1, beat=late + 1)
+    admit(s, late + 1, deep, NOW + 2 * S, 1)  # our queue is empty again
+    later = late + 6 * MS  # past GS_GANG_SETTLE_NS and the brief wait
     s.set(1, beat=later)
-    assert admit(s, later, OVERDRAFT, NOW + 2 * S, 1) == NOW + 2 * S - later, "never stuck"
+    assert admit(s, later, deep, NOW + 2 * S, 1) == NOW + 2 * S - later, "never stuck"
+
+
+def test_at_the_catch_up_limit_the_stop_ends_where_nobody_waits_on_us(admit) -> None:
+    """Two processes that take turns catching up (one GPU: each one's queue still runs when the
+    other's drains, waiting for its time slice) reach the stop's 256 catch-ups. A hold then,
+    while the other's kernel waits on our next launch, left it spinning for the whole hold
+    (traces: 0.58 s, then 1.16 s, then 2.5 s of holds). Past the limit we catch up only for a
+    queue past its estimate, and otherwise wait briefly: it drains, and then we hold."""
+    s = Slots(2)
+    s.set(1, stop=NOW - MS, beat=NOW - 500_000, release=NOW + 20 * MS, inflight=MS,
+          last=NOW - 100_000)
+    s.gang.stopped, s.gang.stop_ns, s.gang.catchup = 1, NOW - S, 256
+    s.gang.own_release_ns = NOW + 20 * MS
+    admit(s, NOW, 3 * MS, NOW + 20 * MS, 1)  # our queue empty since now
+    s.set(1, beat=NOW + 100_000)  # it still runs, within its estimate
+    assert 0 < admit(s, NOW + 200_000, 3 * MS, NOW + 20 * MS, 1) <= POLL, \
+        "no catch-up and no hold yet: let it drain"
+    s.set(1, beat=NOW + 300_000 | 1)  # it drained on its own
+    assert admit(s, NOW + 400_000, 3 * MS, NOW + 20 * MS, 1) == 20 * MS - 400_000, \
+        "then we hold, and nobody spins"
+    assert s.gang.catchup == 256
+    s.set(1, beat=NOW + 500_000, last=NOW + 450_000)  # it launched again and its queue
+    s.gang.drained_ns = NOW + 400_000                 # ran past its estimate: it waits on us
+    s.set(1, beat=NOW + 1_700_000)
+    assert admit(s, NOW + 1_800_000, 3 * MS, NOW + 20 * MS, 1) == 0, "catch up, once more"
+    assert s.gang.catchup == 257
 
 
 def test_a_dead_process_and_a_forged_release_hold_nobody(admit) -> None:
