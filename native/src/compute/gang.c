@@ -54,7 +54,8 @@ static struct gs_gang_view gs_gang_scan(const struct gs_gang *g, int64_t now)
             v.draining |= !(beat & 1);
             /* pending: its queue still ran at a check after ours drained, or it checks no
              * more (it waits in a sync) while what it queued is not done: a sync returns
-             * with its in-flight work published as done (launch.c) */
+             * with its in-flight work published as done (launch.c); late: and past its
+             * estimate (at most GS_GANG_LATE_NS) since ours drained or it last launched */
             int pending = !(beat & 1) && g->drained_ns &&
                           (checked >= g->drained_ns ||
                            (inflight > 0 && now - checked > GS_GANG_IDLE_NS));
@@ -127,8 +128,9 @@ int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t 
         return 0;
     }
     /* hold only once every stopped queue is empty: a hold while one still runs could leave it
-     * spinning. Past the overdraft we cannot catch up for it, so it gets GS_GANG_SETTLE_NS like
-     * the ones still launching, then we hold (it spins, charged: the behaviour without gang) */
+     * spinning. Past the overdraft and the grace we cannot catch up for it, so it gets
+     * GS_GANG_SETTLE_NS like the ones still launching, then we hold (it spins, charged: the
+     * behaviour without gang) */
     if ((v.draining && (room || (grace && now - g->drained_ns <
                                           GS_GANG_LATE_NS + GS_GANG_OVERDUE_NS))) ||
         ((v.draining || v.busy || v.queued || v.overdue) && now - g->stop_ns < GS_GANG_SETTLE_NS))
