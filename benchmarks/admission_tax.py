@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "tests" / "deploy"))  # the chart's render
 
 from test_chart import render  # noqa: E402
 
+from kubeapi.bench import cpu_seconds  # noqa: E402
 from kubeapi.envtest import ControlPlane, find_assets  # noqa: E402
 from kubeapi.fixtures import KubeApi  # noqa: E402
 
@@ -43,11 +44,6 @@ POD = {"apiVersion": "v1", "kind": "Pod",
 PLURAL = {"MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
           "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
           "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def chart_sets() -> dict[str, list[dict[str, Any]]]:

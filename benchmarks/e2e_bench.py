@@ -29,11 +29,11 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import copy
 import gc
 import json
 import os
 import random
-import shutil
 import signal
 import socket
 import subprocess
@@ -53,6 +53,9 @@ from lightkube.types import PatchType
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the test API server and the scheduler driver
+sys.path.insert(0, str(ROOT / "tests" / "deploy"))  # the chart's render
+
+from test_chart import find_helm, render  # noqa: E402
 
 from gpuslice import codec, handoff, model  # noqa: E402
 from gpuslice.allocator import footprint  # noqa: E402
@@ -60,6 +63,7 @@ from gpuslice.kube.cache import Change, Informer  # noqa: E402
 from gpuslice.kube.client import dict_view, make_client  # noqa: E402
 from gpuslice.kube.patch import patch_metadata  # noqa: E402
 from gpuslice.scheduler.state import trim_pod  # noqa: E402
+from kubeapi.bench import cpu_seconds  # noqa: E402
 from kubeapi.certs import make_pki  # noqa: E402
 from kubeapi.envtest import ControlPlane, find_assets  # noqa: E402
 from kubeapi.raw import has_not_ready_taint  # noqa: E402
@@ -76,12 +80,6 @@ SHAPES = (  # (limits as a user writes them, weight): a few pod templates, as in
 MUTATING = create_global_resource("admissionregistration.k8s.io", "v1",
                                   "MutatingWebhookConfiguration", "mutatingwebhookconfigurations")
 CLI = [sys.executable, "-c", "import sys; from gpuslice.cli import main; sys.exit(main())"]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a live process has used (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -504,13 +502,12 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 await wait_http(f"{url}/healthz", "the webhook", ssl=False)
                 webhook = "gpuslice webhook (HTTPS, own process)"
                 # (the in-process server evaluates no matchConditions: a bare configuration)
-                chart = helm() if plane is not None else None
-                if chart is None:
+                if plane is None or find_helm() is None:
                     await client.create(MUTATING(webhook_config(url, ca)))  # type: ignore
                     webhook += ", a bare MutatingWebhookConfiguration" + (
                         "" if plane is None else " (no helm: bash deploy/tools/get-helm.sh)")
                 else:
-                    await chart_webhook_config(client, chart, url, ca)
+                    await client.create(MUTATING(chart_webhook_config(url, ca)))  # type: ignore
                     webhook += ", the chart's MutatingWebhookConfiguration"
             procs.start_extender()
             ext_url = f"http://127.0.0.1:{procs.extender_port}"
@@ -672,29 +669,16 @@ async def compare(a: argparse.Namespace) -> dict[str, Any]:
             "rounds": rounds}
 
 
-def helm() -> str | None:
-    for found in (os.environ.get("HELM_BINARY"), ROOT / ".cache/tools/bin/helm",
-                  shutil.which("helm")):
-        if found and Path(found).exists():
-            return str(found)
-    return None
-
-
-async def chart_webhook_config(client: AsyncClient, helm: str, url: str, ca: bytes) -> None:
-    """The chart's MutatingWebhookConfiguration as `helm install` renders it (its
-    matchConditions included: kube-apiserver evaluates them for every pod), pointed at `url`."""
-    done = subprocess.run(
-        [helm, "template", "gpuslice", str(ROOT / "deploy/helm/gpuslice"), "--namespace",
-         "gpuslice-system", "--kube-version", "1.36.0", "--show-only", "templates/webhook.yaml"],
-        capture_output=True, text=True, timeout=120, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"e2e_bench: helm template failed: {done.stderr}")
-    (hook,) = [o for o in yaml.safe_load_all(done.stdout)
-               if o and o["kind"] == "MutatingWebhookConfiguration"]
+def chart_webhook_config(url: str, ca: bytes) -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration as `helm install` renders it for a 1.36 server
+    (tests/deploy/test_chart.py; its matchConditions included: kube-apiserver evaluates them for
+    every pod), pointed at `url`."""
+    (hook,) = [copy.deepcopy(o) for o in render("default")
+               if o["kind"] == "MutatingWebhookConfiguration"]
     hook["metadata"].pop("annotations", None)
     hook["webhooks"][0]["clientConfig"] = {"url": f"{url}/mutate",
                                            "caBundle": base64.b64encode(ca).decode()}
-    await client.create(MUTATING(hook))  # type: ignore[call-arg]
+    return hook
 
 
 def webhook_config(url: str, ca: bytes) -> dict[str, Any]:

