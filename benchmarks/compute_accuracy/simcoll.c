@@ -256,8 +256,7 @@ static void sc_rank_run(struct sc *S, int i)
                 r->due = S->now + owed;
         }
         if (w > 0) {
-            int64_t lo = gs_meter_sleep_floor_ns(&r->meter, c->min_sleep_ns);
-            w = w < lo ? lo : w > c->max_sleep_ns ? c->max_sleep_ns : w;
+            w = w < c->min_sleep_ns ? c->min_sleep_ns : w > c->max_sleep_ns ? c->max_sleep_ns : w;
             r->wait_acc += w;
             r->next = S->now + w;
             return;

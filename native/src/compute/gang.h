@@ -50,8 +50,8 @@
 #define GS_GANG_OVERDUE_NS 200000LL   /* queued work this far past its estimate waits */
 #define GS_GANG_LATE_NS 2000000LL     /* ... an estimate counts up to this much (a spin that was
                                        * charged must not lengthen the next wait much) */
-#define GS_GANG_POLL_NS 50000LL       /* re-check step while the gang settles, and the shortest
-                                       * sleep of a stopped process (gs_meter_sleep_floor_ns) */
+#define GS_GANG_POLL_NS 50000LL       /* re-check step while the gang settles (launch.c sleeps
+                                       * at least GS_THROTTLE_MIN_SLEEP_NS, 200 us) */
 #define GS_GANG_CATCHUP 256           /* catch-up launches per stop */
 #define GS_GANG_GRACE 64              /* ... and past these bounds, for a queue that waits on us */
 #define GS_GANG_GRACE_NS 100000000LL

@@ -24,10 +24,10 @@ struct gs_gate {
     int64_t enter, admit, owed, gang; /* for the trace (trace.h) */
 };
 
-static void gs_gate_sleep(int64_t ns, int64_t floor_ns)
+static void gs_gate_sleep(int64_t ns)
 {
-    if (ns < floor_ns)
-        ns = floor_ns;
+    if (ns < GS_THROTTLE_MIN_SLEEP_NS)
+        ns = GS_THROTTLE_MIN_SLEEP_NS;
     if (ns > GS_THROTTLE_MAX_SLEEP_NS)
         ns = GS_THROTTLE_MAX_SLEEP_NS;
     struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
@@ -78,7 +78,6 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
                 g->owed = owed;
             g->gang = gs_gang_wait_ns(&cm->meter.gang, now);
         }
-        int64_t floor_ns = gs_meter_sleep_floor_ns(&cm->meter, GS_THROTTLE_MIN_SLEEP_NS);
         if (w <= 0) {
             g->admit = now;
             if (waited > 0)
@@ -88,7 +87,7 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
             break;
         }
         pthread_mutex_unlock(&cm->mu);
-        gs_gate_sleep(w, floor_ns);
+        gs_gate_sleep(w);
         waited += gs_compute_now_ns() - now;
     }
     if (swapped)

@@ -274,11 +274,6 @@ int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
     return now < m->held_until ? m->held_until - now : 0;
 }
 
-int64_t gs_meter_sleep_floor_ns(const struct gs_meter *m, int64_t floor_ns)
-{
-    return m->gang.stopped && floor_ns > GS_GANG_POLL_NS ? GS_GANG_POLL_NS : floor_ns;
-}
-
 static int gs_meter_full(const struct gs_batch *b, int64_t now)
 {
     return b->unknown > 0 || b->est_ns >= GS_METER_BATCH_GPU_NS ||

@@ -132,10 +132,6 @@ void gs_meter_init(struct gs_meter *m, const struct gs_meter_ops *ops, void *ctx
                    struct gs_compute_device *dev, struct gs_compute_proc *proc, int pct);
 /* Reconcile completed batches; returns ns to wait before launching (0 = launch now). */
 int64_t gs_meter_admit(struct gs_meter *m, int64_t now);
-/* The shortest sleep of a launch admit held back, where `floor_ns` is the caller's usual one:
- * a stopped gang re-checks its queues every GS_GANG_POLL_NS (a peer may spin, charged, until
- * our next catch-up launch), other holds at least `floor_ns`. */
-int64_t gs_meter_sleep_floor_ns(const struct gs_meter *m, int64_t floor_ns);
 /* Right before the real launch (after admit returned 0): close/open the stream's batch. */
 void gs_meter_before(struct gs_meter *m, uintptr_t stream, int64_t now);
 /* Right after a successful real launch. `key`: gs_clean_key of the kernel (function, grid,

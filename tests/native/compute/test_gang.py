@@ -54,13 +54,6 @@ SHAPES = {
                                  "colls": 20, "coll_first": True, "barrier_first": True,
                                  "launch_extra_ns": [200 * US, 0], "start_ns": [0, 2 * MS],
                                  "duration_ns": 20000 * MS, "warmup_ns": 2000 * MS},
-    # 4 ranks of a DDP-like step (30 kernels, 3 bucket all-reduces), each rank's CPU a little
-    # slower after the sync: the stragglers catch up launch by launch while rank 0 spins, so a
-    # stopped process must re-check at the gang's pace, not the throttle's 200 us (1.44x before)
-    "4-ranks-ddp-cpu-skew": {"ranks": 4, "kernels": 30, "kernel_ns": 100 * US,
-                             "coll_ns": 400 * US, "colls": 3,
-                             "cpu_skew_ns": [0, 30 * US, 60 * US, 90 * US],
-                             "start_ns": [0, MS, 2 * MS, 5 * MS]},
 }  # fmt: skip
 
 
