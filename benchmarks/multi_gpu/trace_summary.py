@@ -2,7 +2,9 @@
 of one run's processes and say where the time went: per process its launches, holds and charged
 GPU time; the collectives of the ranks side by side (the n-th NCCL kernel of each process, or with
 --key-pattern any kernel name), how far apart their launches went and what held the late one; the
-longest holds and batches; and every process's lines around the longest hold, merged on one clock.
+longest holds, holds past what they owed (issue 21: at most 10 ms) and batches; and every
+process's lines around the longest hold and the one furthest past what it owed, merged on one
+clock.
 
 Usage: python3 benchmarks/multi_gpu/trace_summary.py DIR [--key-pattern REGEX] [--window-ms 30]
 Prints markdown. stdlib only (it runs on the bare GPU machine)."""
@@ -28,6 +30,7 @@ class Launch:
     gang: int
     catchup: int
     flags: int
+    over: int = 0  # held past what it owed (traces before this field: 0)
 
     @property
     def held(self) -> int:
@@ -59,9 +62,9 @@ def load(path: Path) -> Proc:
     p = Proc(path.name.split(".")[1])
     for line in path.read_text(errors="replace").splitlines():
         f = line.split("\t")
-        if f[0] == "L" and len(f) == 11:
+        if f[0] == "L" and len(f) in (11, 12):
             p.launches.append(Launch(int(f[1]), int(f[2]), int(f[3]), f[4], f[5], int(f[7]),
-                                     int(f[8]), int(f[9]), int(f[10])))
+                                     int(f[8]), int(f[9]), int(f[10]), *map(int, f[11:])))
         elif f[0] == "B" and len(f) == 10:
             p.batches.append(Batch(int(f[1]), int(f[2]), f[3], int(f[4]), int(f[5]), int(f[6]),
                                    int(f[7]), f[8]))
@@ -128,35 +131,47 @@ def summarize(procs: list[Proc], pattern: re.Pattern[str], window_ms: float) -> 
                 f"{ms(c.held)} / {ms(c.owed)} / {ms(c.gang)} / {c.catchup} / {c.flags}"
                 for c in cells) + " |")
     # longest holds and batches
+    columns = ["pid", "t s", "held ms", "owed ms", "gang ms", "past owed ms", "catchup", "flags",
+               "kernel"]
+
+    def row(pid: str, x: Launch) -> list[object]:
+        return [pid, f"{(x.enter - t0) / 1e9:.3f}", ms(x.held), ms(x.owed), ms(x.gang),
+                ms(x.over), x.catchup, x.flags, short(names.get(x.key, x.key))]
+
     holds = sorted(((x.held, p.pid, x) for p in procs for x in p.launches), key=lambda h: -h[0])
-    out += _table("Longest holds", ["pid", "t s", "held ms", "owed ms", "gang ms", "catchup",
-                                    "flags", "kernel"],
-                  [[pid, f"{(x.enter - t0) / 1e9:.3f}", ms(held), ms(x.owed), ms(x.gang),
-                    x.catchup, x.flags, short(names.get(x.key, x.key))]
-                   for held, pid, x in holds[:15]])
+    out += _table("Longest holds", columns, [row(pid, x) for _, pid, x in holds[:15]])
+    overs = sorted(((x.over, p.pid, x) for p in procs for x in p.launches), key=lambda h: -h[0])
+    out += _table("Held furthest past what they owed (" + str(sum(o > 10_000_000 for o, _, _ in
+                                                                    overs)) + " over 10 ms)",
+                  columns, [row(pid, x) for _, pid, x in overs[:15]])
     spans = sorted(((b.span, p.pid, b) for p in procs for b in p.batches), key=lambda s: -s[0])
     out += _table("Longest batches", ["pid", "found s", "span ms", "charge ms", "busy ms",
                                       "launches", "first kernel"],
                   [[pid, f"{(b.now - t0) / 1e9:.3f}", ms(span), ms(b.charge), ms(b.busy),
                     b.launches, short(names.get(b.key, b.key))] for span, pid, b in spans[:15]])
-    # everything around the longest hold, merged
-    if holds and holds[0][0] > 0:
-        _, pid, x = holds[0]
-        lo, hi = x.enter - int(window_ms * 1e6), x.admit + int(window_ms * 1e6)
-        rows = []
-        for p in procs:
-            rows += [(y.enter, p.pid, f"L held {ms(y.held)} owed {ms(y.owed)} gang "
-                      f"{ms(y.gang)} cu {y.catchup} f {y.flags} "
-                      f"{short(names.get(y.key, y.key))}") for y in p.launches
-                     if lo <= y.enter <= hi or lo <= y.admit <= hi]
-            rows += [(b.now, p.pid, f"B span {ms(b.span)} busy {ms(b.busy)} n {b.launches} "
-                      f"{short(names.get(b.key, b.key))}") for b in p.batches if lo <= b.now <= hi]
-        rows.sort()
-        out += ["", f"## Around the longest hold (pid {pid}, {window_ms} ms either side, at most "
-                "300 lines; t = ms from the window's start)", "", "```"]
-        out += [f"{(t - lo) / 1e6:9.3f} {p:>8} {text}" for t, p, text in rows[:300]]
-        out.append("```")
+    for what, ranked in (("the longest hold", holds), ("the hold furthest past what it owed",
+                                                       overs)):
+        if ranked and ranked[0][0] > 0:
+            out += _around(procs, names, what, ranked[0][1], ranked[0][2], window_ms)
     return "\n".join(out)
+
+
+def _around(procs: list[Proc], names: dict[str, str], what: str, pid: str, x: Launch,
+            window_ms: float) -> list[str]:
+    """Every process's lines around launch `x` of `pid`, merged on one clock."""
+    lo, hi = x.enter - int(window_ms * 1e6), x.admit + int(window_ms * 1e6)
+    rows = []
+    for p in procs:
+        rows += [(y.enter, p.pid, f"L held {ms(y.held)} owed {ms(y.owed)} gang {ms(y.gang)} "
+                  f"over {ms(y.over)} cu {y.catchup} f {y.flags} "
+                  f"{short(names.get(y.key, y.key))}") for y in p.launches
+                 if lo <= y.enter <= hi or lo <= y.admit <= hi]
+        rows += [(b.now, p.pid, f"B span {ms(b.span)} busy {ms(b.busy)} n {b.launches} "
+                  f"{short(names.get(b.key, b.key))}") for b in p.batches if lo <= b.now <= hi]
+    rows.sort()
+    return ["", f"## Around {what} (pid {pid}, {window_ms} ms either side, at most 300 lines; "
+            "t = ms from the window's start)", "", "```",
+            *(f"{(t - lo) / 1e6:9.3f} {p:>8} {text}" for t, p, text in rows[:300]), "```"]
 
 
 def main(argv: list[str] | None = None) -> int:

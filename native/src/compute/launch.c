@@ -21,7 +21,7 @@ struct gs_gate {
     struct gs_cmeter *cm;
     uintptr_t stream;
     uint64_t key;     /* gs_clean_key: what was launched (clean durations per key) */
-    int64_t enter, admit, owed, gang; /* for the trace (trace.h) */
+    int64_t enter, admit, owed, gang, over; /* for the trace (trace.h) */
 };
 
 static void gs_gate_sleep(int64_t ns)
@@ -54,7 +54,7 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     int swapped = exchange && exchange(&mode) == CUDA_SUCCESS;
     int64_t waited = 0, due = 0; /* due: when what this launch owes is paid (last check) */
-    g->enter = g->owed = g->gang = 0;
+    g->enter = g->owed = g->gang = g->over = 0;
     for (;;) {
         int64_t now = gs_compute_now_ns();
         if (!g->enter)
@@ -80,8 +80,10 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
         }
         if (w <= 0) {
             g->admit = now;
-            if (waited > 0)
-                gs_meter_note_hold(&cm->meter, waited, now - due);
+            if (waited > 0) {
+                g->over = now - due;
+                gs_meter_note_hold(&cm->meter, waited, g->over);
+            }
             gs_meter_before(&cm->meter, st, now);
             pthread_mutex_unlock(&cm->mu);
             break;
@@ -125,7 +127,7 @@ static void gs_gate_trace(struct gs_gate *g, enum gs_launch_kind kind, CUfunctio
             name = "?";
     }
     gs_trace_launch(g->cm->device, g->enter, g->admit, g->stream, g->key, kind, g->owed, g->gang,
-                    m->gang.catchup, m->gang_flags, name);
+                    g->over, m->gang.catchup, m->gang_flags, name);
 }
 
 static void gs_gate_close(struct gs_gate *g, enum gs_launch_kind kind, CUresult r, CUfunction f)
