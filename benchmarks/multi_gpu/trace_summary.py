@@ -31,6 +31,7 @@ class Launch:
     catchup: int
     flags: int
     over: int = 0  # held past what it owed (traces before this field: 0)
+    why: str = "?"  # what held it last (trace.h; traces before this field: ?)
 
     @property
     def held(self) -> int:
@@ -62,9 +63,10 @@ def load(path: Path) -> Proc:
     p = Proc(path.name.split(".")[1])
     for line in path.read_text(errors="replace").splitlines():
         f = line.split("\t")
-        if f[0] == "L" and len(f) in (11, 12):
+        if f[0] == "L" and len(f) in (11, 12, 13):
             p.launches.append(Launch(int(f[1]), int(f[2]), int(f[3]), f[4], f[5], int(f[7]),
-                                     int(f[8]), int(f[9]), int(f[10]), *map(int, f[11:])))
+                                     int(f[8]), int(f[9]), int(f[10]), *map(int, f[11:12]),
+                                     *f[12:]))
         elif f[0] == "B" and len(f) == 10:
             p.batches.append(Batch(int(f[1]), int(f[2]), f[3], int(f[4]), int(f[5]), int(f[6]),
                                    int(f[7]), f[8]))
@@ -131,15 +133,24 @@ def summarize(procs: list[Proc], pattern: re.Pattern[str], window_ms: float) -> 
                 f"{ms(c.held)} / {ms(c.owed)} / {ms(c.gang)} / {c.catchup} / {c.flags}"
                 for c in cells) + " |")
     # longest holds and batches
-    columns = ["pid", "t s", "held ms", "owed ms", "gang ms", "past owed ms", "catchup", "flags",
-               "kernel"]
+    columns = ["pid", "t s", "held ms", "owed ms", "gang ms", "past owed ms", "why", "catchup",
+               "flags", "kernel"]
 
     def row(pid: str, x: Launch) -> list[object]:
         return [pid, f"{(x.enter - t0) / 1e9:.3f}", ms(x.held), ms(x.owed), ms(x.gang),
-                ms(x.over), x.catchup, x.flags, short(names.get(x.key, x.key))]
+                ms(x.over), x.why, x.catchup, x.flags, short(names.get(x.key, x.key))]
 
     holds = sorted(((x.held, p.pid, x) for p in procs for x in p.launches), key=lambda h: -h[0])
     out += _table("Longest holds", columns, [row(pid, x) for _, pid, x in holds[:15]])
+    why: dict[str, list[int]] = {}
+    for p in procs:
+        for x in p.launches:
+            if x.held > 0:
+                why.setdefault(x.why, []).append(x.held)
+    out += _table("Held, by what held them last (trace.h)", ["why", "launches", "held s",
+                                                             "p50 ms", "p90 ms"],
+                  [[k, len(v), f"{sum(v) / 1e9:.2f}", ms(statistics.median(v)),
+                    ms(sorted(v)[int(0.9 * (len(v) - 1))])] for k, v in sorted(why.items())])
     overs = sorted(((x.over, p.pid, x) for p in procs for x in p.launches), key=lambda h: -h[0])
     out += _table("Held furthest past what they owed (" + str(sum(o > 10_000_000 for o, _, _ in
                                                                     overs)) + " over 10 ms)",
@@ -163,7 +174,7 @@ def _around(procs: list[Proc], names: dict[str, str], what: str, pid: str, x: La
     rows = []
     for p in procs:
         rows += [(y.enter, p.pid, f"L held {ms(y.held)} owed {ms(y.owed)} gang {ms(y.gang)} "
-                  f"over {ms(y.over)} cu {y.catchup} f {y.flags} "
+                  f"over {ms(y.over)} why {y.why} cu {y.catchup} f {y.flags} "
                   f"{short(names.get(y.key, y.key))}") for y in p.launches
                  if lo <= y.enter <= hi or lo <= y.admit <= hi]
         rows += [(b.now, p.pid, f"B span {ms(b.span)} busy {ms(b.busy)} n {b.launches} "

@@ -74,6 +74,13 @@ static struct gs_gang_view gs_gang_scan(const struct gs_gang *g, int64_t now)
     return v;
 }
 
+/* Wait `ns`, for the reason `why` (gs_gang.why). */
+static int64_t gs_gang_wait(struct gs_gang *g, char why, int64_t ns)
+{
+    g->why = why;
+    return ns;
+}
+
 int64_t gs_gang_wait_ns(const struct gs_gang *g, int64_t now)
 {
     return g->stopped && g->release_ns > now ? g->release_ns - now : 0;
@@ -105,8 +112,8 @@ int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t 
     own_release = g->own_release_ns; /* a whole quantum, even once the debt itself is paid */
     GS_STORE(g->self->gang_release_ns, own_release);
     GS_STORE(g->self->gang_beat_ns, (now & ~1LL) | (drained != 0));
-    if (!drained)
-        return GS_GANG_POLL_NS; /* our queue first (it may wait for someone who catches up) */
+    if (!drained) /* our queue first (it may wait for someone who catches up) */
+        return gs_gang_wait(g, 'q', GS_GANG_POLL_NS);
     /* Catch up: our queue is empty, another's still ran after that: it may wait for a launch of
      * ours (a collective we have not reached). One launch, then drain and look again, so we
      * never run past what it waits for. A running process's queued work is a weaker sign: it
@@ -134,11 +141,11 @@ int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t 
     if ((v.draining && (room || (grace && now - g->drained_ns <
                                           GS_GANG_LATE_NS + GS_GANG_OVERDUE_NS))) ||
         ((v.draining || v.busy || v.queued || v.overdue) && now - g->stop_ns < GS_GANG_SETTLE_NS))
-        return GS_GANG_POLL_NS;
+        return gs_gang_wait(g, 'o', GS_GANG_POLL_NS);
     int64_t release = own_release > v.release ? own_release : v.release;
     g->release_ns = release;
     if (release > now)
-        return release - now;
+        return gs_gang_wait(g, 'r', release - now);
     g->stopped = 0;
     g->gen_ns = now;
     g->release_ns = 0;

@@ -78,6 +78,8 @@ struct gs_gang {
     int64_t release_ns;            /* the gang's release at the last check (0: none) */
     int catchup;                   /* catch-up launches in this stop */
     int64_t drained_ns;            /* since when our queue is empty (0: it is not) */
+    char why;                      /* why the last admit waited: 'q' our queue first, 'o' others'
+                                    * queues or launches, 'r' the release; 0: it did not */
 };
 
 /* A launch of this process: `own_wait` is what its budget alone makes it wait (0: nothing),

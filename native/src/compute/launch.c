@@ -22,6 +22,7 @@ struct gs_gate {
     uintptr_t stream;
     uint64_t key;     /* gs_clean_key: what was launched (clean durations per key) */
     int64_t enter, admit, owed, gang, over; /* for the trace (trace.h) */
+    char why;
 };
 
 static void gs_gate_sleep(int64_t ns)
@@ -55,6 +56,7 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
     int swapped = exchange && exchange(&mode) == CUDA_SUCCESS;
     int64_t waited = 0, due = 0; /* due: when what this launch owes is paid (last check) */
     g->enter = g->owed = g->gang = g->over = 0;
+    g->why = 0;
     for (;;) {
         int64_t now = gs_compute_now_ns();
         if (!g->enter)
@@ -70,6 +72,8 @@ static int gs_gate_open(struct gs_gate *g, CUstream s, int ptsz)
                         (long long)(waited / 1000000));
             w = 0;
         }
+        if (w > 0)
+            g->why = cm->meter.hold_why;
         if (w > 0 || waited > 0) {
             int64_t owed = gs_meter_debt_ns(&cm->meter, now);
             if (owed > 0 || waited == 0)
@@ -127,7 +131,7 @@ static void gs_gate_trace(struct gs_gate *g, enum gs_launch_kind kind, CUfunctio
             name = "?";
     }
     gs_trace_launch(g->cm->device, g->enter, g->admit, g->stream, g->key, kind, g->owed, g->gang,
-                    g->over, m->gang.catchup, m->gang_flags, name);
+                    g->over, g->why, m->gang.catchup, m->gang_flags, name);
 }
 
 static void gs_gate_close(struct gs_gate *g, enum gs_launch_kind kind, CUresult r, CUfunction f)

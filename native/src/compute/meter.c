@@ -254,20 +254,29 @@ static int64_t gs_meter_gang(struct gs_meter *m, int64_t now, int64_t inflight, 
     return w;
 }
 
+/* Hold `ns` for the reason `why` (gs_meter.hold_why). */
+static int64_t gs_meter_hold(struct gs_meter *m, char why, int64_t ns)
+{
+    m->hold_why = why;
+    return ns;
+}
+
 int64_t gs_meter_admit(struct gs_meter *m, int64_t now)
 {
     gs_meter_poll(m, now);
-    if (m->n_pending >= GS_METER_PENDING_MAX || m->unknown > 0)
-        return GS_METER_POLL_NS; /* GPU far behind, or cost still unknown: measure first */
+    if (m->n_pending >= GS_METER_PENDING_MAX || m->unknown > 0) /* GPU far behind, or cost */
+        return gs_meter_hold(m, 'm', GS_METER_POLL_NS);        /* still unknown: measure */
     if (m->borrowing)
-        return m->inflight_ns > GS_METER_BORROW_INFLIGHT_NS ? GS_METER_POLL_NS : 0;
+        return gs_meter_hold(m, 'l', m->inflight_ns > GS_METER_BORROW_INFLIGHT_NS ?
+                                         GS_METER_POLL_NS : 0);
     int64_t inflight = gs_meter_owed(m);
     int64_t wait = gs_budget_wait_ns(m->dev, m->pct, now, inflight);
     if (m->gang.on) {
         int64_t w = gs_meter_gang(m, now, inflight, wait);
         if (w >= 0)
-            return w;
+            return gs_meter_hold(m, m->gang.why, w);
     }
+    m->hold_why = 'b';
     if (wait > 0) /* held back: sleep until a quantum more has accrued (re-planned each call) */
         m->held_until = now + gs_budget_wait_ns(m->dev, m->pct, now,
                                                 inflight + gs_meter_quantum(m, now));

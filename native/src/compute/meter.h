@@ -122,6 +122,8 @@ struct gs_meter {
     uint64_t batches;                /* batches measured */
     uint64_t dropped;                /* batches lost to ops errors */
     int gang_flags;                  /* the last admit's: 1 in a gang, 2 stopped */
+    char hold_why;                   /* why the last admit held (trace.h): 'm' measure first,
+                                      * 'l' borrowing, 'b' the budget, else the gang's why */
     int ordinal;                     /* CUDA device ordinal (for the trace) */
     /* Called for every measured batch (trace.h), NULL = none. */
     void (*on_batch)(const struct gs_meter *m, const struct gs_batch *b, int64_t span,

@@ -76,17 +76,17 @@ int gs_trace_new_key(uint64_t key)
 }
 
 void gs_trace_launch(int device, int64_t enter, int64_t admit, uintptr_t stream, uint64_t key,
-                     int kind, int64_t owed, int64_t gang, int64_t over, int catchup, int flags,
-                     const char *name)
+                     int kind, int64_t owed, int64_t gang, int64_t over, char why, int catchup,
+                     int flags, const char *name)
 {
     pthread_mutex_lock(&gs_t.mu);
     if (name && gs_trace_room())
         fprintf(gs_t.f, "N\t%llx\t%s\n", (unsigned long long)key, name);
     if (gs_trace_room())
-        fprintf(gs_t.f, "L\t%lld\t%lld\t%d\t%llx\t%llx\t%d\t%lld\t%lld\t%d\t%d\t%lld\n",
+        fprintf(gs_t.f, "L\t%lld\t%lld\t%d\t%llx\t%llx\t%d\t%lld\t%lld\t%d\t%d\t%lld\t%c\n",
                 (long long)enter, (long long)admit, device, (unsigned long long)stream,
                 (unsigned long long)key, kind, (long long)owed, (long long)gang, catchup, flags,
-                (long long)over);
+                (long long)over, why ? why : '-');
     pthread_mutex_unlock(&gs_t.mu);
 }
 

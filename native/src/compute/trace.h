@@ -3,12 +3,14 @@
  * DIR/compute-trace.<pid>.tsv, line-buffered (a run killed at its limit loses nothing), at most
  * GS_TRACE_MAX_LINES lines (then a last line "X"). Times are gs_compute_now_ns (the host's
  * CLOCK_MONOTONIC), so the files of one node's processes merge on one timeline. Lines:
- *   L enter admit device stream key kind owed gang catchup flags over
+ *   L enter admit device stream key kind owed gang catchup flags over why
  *       one launch: when it reached the gate and when it went, what it owed at its first check
  *       (ns of wall time; 0 = went at once), how long the gang's release was ahead at its last
  *       check, catch-up launches in the current stop (gang.h); flags: 1 in a gang, 2 stopped;
  *       over: how long it was held past what it owed (gs_meter_note_hold's over_ns; issue 21's
- *       bound is 10 ms)
+ *       bound is 10 ms); why: what held it last ('-' nothing; 'm' measure first, 'l' borrowing,
+ *       'b' its budget alone; in a gang 'q' its own queue first, 'o' the others' queues or
+ *       launches, 'r' the gang's release)
  *   B now device stream span charge busy launches key mixed
  *       one measured batch: when it was found complete, its event span, what the time-slice
  *       correction charged of it, what was debited (busy, after other streams' overlap)
@@ -30,8 +32,8 @@ void gs_trace_open(const char *dir);
 /* 1 while tracing (one relaxed load). */
 int gs_trace_on(void);
 void gs_trace_launch(int device, int64_t enter, int64_t admit, uintptr_t stream, uint64_t key,
-                     int kind, int64_t owed, int64_t gang, int64_t over, int catchup, int flags,
-                     const char *name);
+                     int kind, int64_t owed, int64_t gang, int64_t over, char why, int catchup,
+                     int flags, const char *name);
 /* gs_meter's on_batch hook (meter.h). */
 void gs_trace_batch(const struct gs_meter *m, const struct gs_batch *b, int64_t span,
                     int64_t charge, int64_t busy, int64_t now);

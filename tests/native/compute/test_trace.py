@@ -25,7 +25,7 @@ def test_a_limited_loop_traces_every_launch_and_batch(gs, tmp_path):
     batches = [r for r in rows if r[0] == "B"]
     names = [r for r in rows if r[0] == "N"]
     assert len(launches) == 100, f"{len(launches)} launch lines for 100 launches"
-    assert all(len(r) == 12 for r in launches) and all(len(r) == 10 for r in batches)
+    assert all(len(r) == 13 for r in launches) and all(len(r) == 10 for r in batches)
     assert len(names) == 1 and names[0][1] == launches[0][5], names
     enter, admit = ([int(r[i]) for r in launches] for i in (1, 2))
     assert all(a >= e > 0 for e, a in zip(enter, admit, strict=True))
@@ -37,6 +37,11 @@ def test_a_limited_loop_traces_every_launch_and_batch(gs, tmp_path):
     over = [int(r[11]) for r in launches]
     assert all(o == 0 for o, e, a in zip(over, enter, admit, strict=True) if a == e), over
     assert 0 < max(over) / 1e6 <= 50, f"held up to {max(over) / 1e6:.1f} ms past what was owed"
+    # why: a process alone is held by its budget ('b'), or measures first ('m'); '-' went at once
+    why = [r[12] for r in launches]
+    assert {w for w, e, a in zip(why, enter, admit, strict=True) if a == e} == {"-"}, why
+    assert {w for w, e, a in zip(why, enter, admit, strict=True) if a > e} <= {"b", "m"}, why
+    assert "b" in why, why
     charged = sum(int(r[6]) for r in batches) / 1e6
     assert 80 <= charged <= 110, f"batches debited {charged:.0f} ms of GPU time for 100 ms of work"
 
