@@ -63,10 +63,11 @@ def load(path: Path) -> Proc:
     p = Proc(path.name.split(".")[1])
     for line in path.read_text(errors="replace").splitlines():
         f = line.split("\t")
-        if f[0] == "L" and len(f) in (11, 12, 13):
+        if f[0] == "L" and len(f) in (11, 12, 13):  # older traces lack over, why
             p.launches.append(Launch(int(f[1]), int(f[2]), int(f[3]), f[4], f[5], int(f[7]),
-                                     int(f[8]), int(f[9]), int(f[10]), *map(int, f[11:12]),
-                                     *f[12:]))
+                                     int(f[8]), int(f[9]), int(f[10]),
+                                     int(f[11]) if len(f) > 11 else 0,
+                                     f[12] if len(f) > 12 else "?"))
         elif f[0] == "B" and len(f) == 10:
             p.batches.append(Batch(int(f[1]), int(f[2]), f[3], int(f[4]), int(f[5]), int(f[6]),
                                    int(f[7]), f[8]))
@@ -150,7 +151,7 @@ def summarize(procs: list[Proc], pattern: re.Pattern[str], window_ms: float) -> 
     out += _table("Held, by what held them last (trace.h)", ["why", "launches", "held s",
                                                              "p50 ms", "p90 ms"],
                   [[k, len(v), f"{sum(v) / 1e9:.2f}", ms(statistics.median(v)),
-                    ms(sorted(v)[int(0.9 * (len(v) - 1))])] for k, v in sorted(why.items())])
+                    ms(sorted(v)[min(len(v) - 1, int(0.9 * len(v)))])] for k, v in sorted(why.items())])
     overs = sorted(((x.over, p.pid, x) for p in procs for x in p.launches), key=lambda h: -h[0])
     out += _table("Held furthest past what they owed (" + str(sum(o > 10_000_000 for o, _, _ in
                                                                     overs)) + " over 10 ms)",

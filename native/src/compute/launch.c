@@ -21,7 +21,8 @@ struct gs_gate {
     struct gs_cmeter *cm;
     uintptr_t stream;
     uint64_t key;     /* gs_clean_key: what was launched (clean durations per key) */
-    int64_t enter, admit, owed, gang, over; /* for the trace (trace.h) */
+    /* for the trace (trace.h) */
+    int64_t enter, admit, owed, gang, over;
     char why;
 };
 
