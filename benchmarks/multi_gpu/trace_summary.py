@@ -148,10 +148,11 @@ def summarize(procs: list[Proc], pattern: re.Pattern[str], window_ms: float) -> 
         for x in p.launches:
             if x.held > 0:
                 why.setdefault(x.why, []).append(x.held)
-    out += _table("Held, by what held them last (trace.h)", ["why", "launches", "held s",
-                                                             "p50 ms", "p90 ms"],
+    out += _table("Held, by what held them last (trace.h)",
+                  ["why", "launches", "held s", "p50 ms", "p90 ms"],
                   [[k, len(v), f"{sum(v) / 1e9:.2f}", ms(statistics.median(v)),
-                    ms(sorted(v)[min(len(v) - 1, int(0.9 * len(v)))])] for k, v in sorted(why.items())])
+                    ms(sorted(v)[min(len(v) - 1, int(0.9 * len(v)))])]
+                   for k, v in sorted(why.items())])
     overs = sorted(((x.over, p.pid, x) for p in procs for x in p.launches), key=lambda h: -h[0])
     out += _table("Held furthest past what they owed (" + str(sum(o > 10_000_000 for o, _, _ in
                                                                     overs)) + " over 10 ms)",
