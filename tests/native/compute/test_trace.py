@@ -64,3 +64,15 @@ def test_trace_summary_reads_what_the_library_writes(gs, tmp_path, capsys):
     text = capsys.readouterr().out
     table = text.split("## Held furthest past what they owed")[1].splitlines()
     assert f"| {trace_summary.ms(worst)} |" in table[4], table[:5]
+
+
+def test_trace_summary_reads_traces_of_earlier_libraries(tmp_path):
+    """Launch lines of earlier libraries lack the last fields (over: 12th, why: 13th)."""
+    sys.path.insert(0, str(Path(__file__).parents[3] / "benchmarks" / "multi_gpu"))
+    import trace_summary
+
+    common = ["L", "100", "2100", "0", "0", "k", "0", "5", "0", "3", "3"]
+    trace = tmp_path / "compute-trace.7.tsv"
+    trace.write_text("\n".join("\t".join(common + extra) for extra in ([], ["9"], ["9", "o"])))
+    got = [(x.held, x.over, x.why) for x in trace_summary.load(trace).launches]
+    assert got == [(2000, 0, "?"), (2000, 9, "?"), (2000, 9, "o")], got
