@@ -30,7 +30,8 @@
  * now would leave it spinning for the whole hold, and its debt would hold us as long), after a
  * wait of at most GS_GANG_LATE_NS + GS_GANG_OVERDUE_NS for a draining one to drain or become
  * that; at most GS_GANG_SETTLE_NS waiting for processes that still launch; a stopped process
- * whose beat is older than GS_GANG_BEAT_NS is gone (killed: it holds nobody); a release further ahead than GS_BUDGET_HORIZON_NS is another clock's and ignored.
+ * whose beat is older than GS_GANG_BEAT_NS is gone (killed: it holds nobody); a release further
+ * ahead than GS_BUDGET_HORIZON_NS is another clock's and ignored.
  * Owns: the gang words of every process slot (compute_shared.h: gang_stop_ns, gang_beat_ns,
  * gang_release_ns) and their reading. Does not: decide a process's own hold (meter.c, budget.c),
  * sleep, or find the slots (the caller hands over a slot reader). Pure given `now`.
