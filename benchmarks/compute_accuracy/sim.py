@@ -1,8 +1,9 @@
 """ctypes bridge to the compute controller simulator (simgpu.c + the library's own compute C).
 Owns: building native/build/compute_sim/libgs_computesim.so from native/src/compute/{budget,
-meter,board,clean}.c + simgpu.c with the system C compiler, the ctypes mirror of gs_sim_cfg /
-gs_sim_result (sizes checked against the C side), `run(...)` returning plain dicts, and `Clean`
-(clean.c's time-slice correction called directly, for tests).
+meter,board,clean,gang,spans,union}.c + simgpu.c with the system C compiler, the ctypes mirror
+of gs_sim_cfg / gs_sim_result (sizes checked against the C side), `run(...)` returning plain
+dicts, `Clean` (clean.c's time-slice correction called directly, for tests) and
+`union_charges` (union.c called directly).
 Does not: judge results (benchmarks/compute_accuracy.py and tests/native/compute/ do).
 Failure: a missing compiler or a build error raises SimBuildError with the compiler output.
 Used by: benchmarks/compute_accuracy.py --simulate, tests/native/compute/test_controller.py."""
@@ -21,11 +22,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # older revision) so before/after tables come from the same fake GPU.
 _ALT = os.environ.get("GS_SIM_COMPUTE_SRC", "")
 COMPUTE_SRC = Path(_ALT).resolve() if _ALT else ROOT / "native" / "src" / "compute"
-# clean.c (time-slice correction) and gang.c (issue 21) are absent from older copies of the sources
+# clean.c (time-slice correction), gang.c, spans.c and union.c (issue 21) are absent from older
+# copies of the sources
 SOURCES = [
     COMPUTE_SRC / n
-    for n in ("budget.c", "meter.c", "board.c", "clean.c", "gang.c")
-    if n not in ("clean.c", "gang.c") or (COMPUTE_SRC / n).exists()
+    for n in ("budget.c", "meter.c", "board.c", "clean.c", "gang.c", "spans.c", "union.c")
+    if n in ("budget.c", "meter.c", "board.c") or (COMPUTE_SRC / n).exists()
 ] + [Path(__file__).with_name("simgpu.c")]
 if (COMPUTE_SRC / "gang.c").exists():  # the collective simulator needs issue 21's controller
     SOURCES.append(Path(__file__).with_name("simcoll.c"))
@@ -293,3 +295,17 @@ def spans_add(spans: list[tuple[int, int]], s: int, e: int) -> tuple[int, list[t
     n = ctypes.c_int(len(spans))
     added = lib().gs_sim_spans_add(arr, ctypes.byref(n), s, e)
     return added, [(arr[i].s, arr[i].e) for i in range(n.value)]
+
+
+def union_charges(batches: list[tuple[int, int, int, int, int]]) -> list[int]:
+    """The library's union of one container's processes on one GPU (union.c): batches
+    (process, ts, te on its timeline, recorded, seen on the host clock) in the order they are
+    seen done; what each is charged."""
+    handle = lib()
+    if not hasattr(handle, "gs_sim_union"):
+        raise SimBuildError("these compute sources have no union.c")
+    flat = (ctypes.c_int64 * (5 * len(batches)))(*[w for b in batches for w in b])
+    out = (ctypes.c_int64 * max(1, len(batches)))()
+    if handle.gs_sim_union(len(batches), flat, out) != 0:
+        raise ValueError("gs_sim_union rejected the batches")
+    return list(out[: len(batches)])

@@ -1,5 +1,6 @@
 /* Fake GPU timeline + simulated processes driving the REAL compute controller
- * (native/src/compute/{budget,meter,board,clean}.c, compiled in unchanged) on a virtual clock.
+ * (native/src/compute/{budget,meter,board,clean,gang,spans,union}.c, compiled in unchanged) on a
+ * virtual clock.
  * Owns: the GPU model (contexts time-sliced like a GPU without MPS: a context that gets work
  * waits for the end of the running context's current slice, a switch may cost GPU time;
  * streams of one context run concurrently, sharing the GPU equally; events complete when the
@@ -91,6 +92,7 @@ struct sim_proc {
     struct gs_compute_proc block;
     struct gs_board_client board;
     int alive, started, in_sync, blocked, next_stream;
+    int64_t timeline_ns;    /* its events' times: the GPU's clock less this (one per context) */
     int64_t next, wait_acc, step_start, queued_ns;
     int64_t submit_at;      /* when the commands being issued now reach the GPU */
     uint64_t rng;
@@ -153,11 +155,10 @@ static int sim_ev_done(void *ctx, void *evp)
 
 static int sim_ev_time(void *ctx, void *evp, int64_t *t)
 {
-    (void)ctx;
     struct sim_event *ev = evp;
     if (!ev->done)
         return -1;
-    *t = ev->ts;
+    *t = ev->ts - ((struct sim_proc *)ctx)->timeline_ns;
     return 0;
 }
 
@@ -496,6 +497,7 @@ static void sim_init(struct sim *S)
         if (p->c.streams < 1 || p->c.streams > SIM_STREAMS)
             p->c.streams = 1;
         p->alive = 1;
+        p->timeline_ns = (int64_t)(i * 1370 - 2500) * 1000000; /* contexts' timelines differ */
         p->next = p->c.start_ns;
         p->rng = (uint64_t)S->c.seed * 0x9E3779B97F4A7C15ULL + (uint64_t)i + 1;
         for (int k = 0; p->c.key_fixed && k < 64; k++)
@@ -593,3 +595,23 @@ int64_t gs_sim_spans_add(struct gs_span *spans, int *n, int64_t s, int64_t e)
 {
     return gs_spans_add(spans, n, s, e);
 }
+
+#ifdef GS_UNION_WINDOW_NS
+/* The union of one container's processes on one GPU driven directly (test_union.py): batches of
+ * 5 words {process, ts, te (its timeline), recorded, seen (host clock)} in the order they are
+ * seen done, each charged as measured; charges[i] is what batch i is charged. -1: bad input. */
+int gs_sim_union(int n, const int64_t *batches, int64_t *charges)
+{
+    struct gs_compute_device dev = {0};
+    struct { struct gs_union un; struct gs_span own[GS_SPANS_MAX]; int n; } p[SIM_PROCS];
+    memset(p, 0, sizeof p);
+    for (int i = 0; i < n; i++) {
+        const int64_t *b = &batches[5 * i];
+        if (b[0] < 0 || b[0] >= SIM_PROCS || b[2] < b[1])
+            return -1;
+        p[b[0]].un.dev = &dev;
+        charges[i] = gs_union_add(&p[b[0]].un, p[b[0]].own, &p[b[0]].n, b[1], b[2], b[3], b[4], 1);
+    }
+    return 0;
+}
+#endif

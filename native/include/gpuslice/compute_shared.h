@@ -3,7 +3,8 @@
  * region layout does not move when the compute fields change. Fixed-width fields only,
  * updated with C11 atomics; a process killed mid-update must leave them usable: the
  * budget is ONE word (tat_ns, a GCRA "theoretical arrival time") changed by CAS, so there
- * is no lock and nothing a dead process can hold. The gang words of a process slot are plain
+ * is no lock and nothing a dead process can hold. A span log entry a process died writing
+ * stays at seq 0 (ignored) until the log comes round to it. The gang words of a process slot are plain
  * times (any value is safe: a stale one lapses, a future one is bounded, compute/gang.h). The rest
  * are statistics.
  * A zero-filled block is a valid initial state (full bucket). Docs: docs/compute.md. */
@@ -15,6 +16,16 @@
 
 #define GS_COMPUTE_DEVICE_BYTES 256
 #define GS_COMPUTE_PROC_BYTES 88
+#define GS_COMPUTE_SPAN_LOG 10
+
+/* A busy span one process of the container was charged on this device (host clock), in the
+ * device block's span log: the container's processes are charged the union of their spans
+ * (compute/union.h). Written like a seqlock: seq 0 while it changes. */
+struct gs_compute_span {
+    _Atomic uint32_t seq;             /* 0: being written; else its number + 1 (low 32 bits) */
+    _Atomic uint32_t len_ns;          /* its length (a longer span is published shortened) */
+    _Atomic int64_t start_ns;
+};
 
 /* Per device: the container's GPU-time budget, shared by all its processes.
  * Times are CLOCK_MONOTONIC nanoseconds of the host (a time namespace's offset taken out), GPU
@@ -34,8 +45,8 @@ struct gs_compute_device {
     _Atomic uint64_t last_demand_ns;  /* 64: last launch or throttle of any process */
     _Atomic uint64_t corrected_ns;    /* 72: other contexts' time slices taken out of batches */
     _Atomic uint64_t boot_id;         /* 80: boot the stored times belong to (hash, 0 = none yet) */
-    uint8_t reserved[GS_COMPUTE_DEVICE_BYTES - 88]; /* 88: used by an experimental build of
-                                       * issue 21 (stale values there mean nothing) */
+    _Atomic uint64_t span_seq;        /* 88: spans ever published in the log (union.h) */
+    struct gs_compute_span spans[GS_COMPUTE_SPAN_LOG]; /* 96: the latest, span n at n % 10 */
 };
 
 /* Per process slot: what this process consumed and waited (metrics; nothing to reclaim). */
@@ -60,6 +71,8 @@ _Static_assert(offsetof(struct gs_compute_device, busy_ns) == 16, "region layout
 _Static_assert(offsetof(struct gs_compute_device, last_demand_ns) == 64, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, corrected_ns) == 72, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, boot_id) == 80, "region layout");
+_Static_assert(offsetof(struct gs_compute_device, spans) == 96, "region layout");
+_Static_assert(sizeof(struct gs_compute_span) == 16, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, inflight_ns) == 32, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, last_launch_ns) == 40, "region layout");
 _Static_assert(offsetof(struct gs_compute_proc, hold_over_debt_ns) == 56, "region layout");

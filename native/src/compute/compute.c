@@ -86,6 +86,9 @@ static void gs_compute_adopt_boot(struct gs_compute_device *blk)
     if (seen == gs_c.boot_id || !atomic_compare_exchange_strong(&blk->boot_id, &seen, gs_c.boot_id))
         return;
     atomic_store(&blk->tat_ns, 0);
+    atomic_store(&blk->span_seq, 0);
+    for (int i = 0; i < GS_COMPUTE_SPAN_LOG; i++)
+        atomic_store(&blk->spans[i].seq, 0); /* spans of another boot's clock */
     if (seen != 0)
         GS_INFO("compute: budget state from another boot reset");
 }
@@ -229,6 +232,7 @@ static struct gs_cmeter *gs_compute_create(CUcontext ctx)
     cm->device = (int)dev;
     pthread_mutex_init(&cm->mu, NULL);
     gs_meter_init(&cm->meter, &gs_timing_ops, &cm->timing, blk, gs_region_compute_proc(), gs_c.pct);
+    cm->meter.clock = gs_compute_now_ns;
     /* gang holds with the container's other processes (gang.h); a process of several contexts
      * publishes one state for all of them, so it holds on its own, as before issue 21 */
     cm->meter.gang = (struct gs_gang){.self = gs_region_compute_proc(), .count = gs_compute_slots,

@@ -17,49 +17,7 @@ void gs_meter_init(struct gs_meter *m, const struct gs_meter_ops *ops, void *ctx
     m->dev = dev;
     m->proc = proc;
     m->pct = pct;
-}
-
-int64_t gs_spans_add(struct gs_span *spans, int *n, int64_t s, int64_t e)
-{
-    if (e <= s)
-        return 0;
-    int64_t covered = 0, ns = s, ne = e;
-    int first = -1, last = -1;
-    for (int i = 0; i < *n; i++) {
-        int64_t lo = spans[i].s > s ? spans[i].s : s;
-        int64_t hi = spans[i].e < e ? spans[i].e : e;
-        if (hi > lo)
-            covered += hi - lo;
-        if (spans[i].e >= s && spans[i].s <= e) { /* overlaps or touches: merge */
-            if (first < 0)
-                first = i;
-            last = i;
-            if (spans[i].s < ns)
-                ns = spans[i].s;
-            if (spans[i].e > ne)
-                ne = spans[i].e;
-        }
-    }
-    if (first >= 0) {
-        spans[first] = (struct gs_span){ns, ne};
-        memmove(&spans[first + 1], &spans[last + 1], sizeof(spans[0]) * (size_t)(*n - last - 1));
-        *n -= last - first;
-    } else {
-        int at = 0;
-        while (at < *n && spans[at].s < s)
-            at++;
-        if (*n == GS_METER_SPANS) { /* forget the oldest span */
-            if (at == 0)
-                return e - s;
-            memmove(&spans[0], &spans[1], sizeof(spans[0]) * (size_t)(*n - 1));
-            (*n)--;
-            at--;
-        }
-        memmove(&spans[at + 1], &spans[at], sizeof(spans[0]) * (size_t)(*n - at));
-        spans[at] = (struct gs_span){s, e};
-        (*n)++;
-    }
-    return (e - s) - covered;
+    m->un.dev = dev;
 }
 
 static void gs_meter_release(struct gs_meter *m, struct gs_batch *b)
@@ -108,7 +66,7 @@ static int64_t gs_meter_ema(int64_t est, int64_t sample)
 }
 
 /* A completed batch: debit the part of its span not already counted, learn its cost. */
-static void gs_meter_account(struct gs_meter *m, struct gs_batch *b, int64_t now)
+static void gs_meter_account(struct gs_meter *m, struct gs_batch *b, int64_t now, int64_t seen)
 {
     int64_t ts, te;
     if (m->ops->ev_time_ns(m->ctx, b->start, &ts) != 0 ||
@@ -125,7 +83,10 @@ static void gs_meter_account(struct gs_meter *m, struct gs_batch *b, int64_t now
         usable = m->clean.usable;
     }
     m->correctable += (usable ? 32 : 0) - m->correctable / 8; /* EMA, 256 = always */
-    int64_t busy = gs_spans_add(m->spans, &m->n_spans, ts, te) - (span - charge);
+    /* not charged again: what our other streams or the container's other processes on this GPU
+     * were charged (union.h) */
+    int64_t busy = gs_union_add(&m->un, m->spans, &m->n_spans, ts, te, b->opened_ns, seen,
+                                charge == span) - (span - charge);
     if (busy < 0)
         busy = 0;
     busy += b->tail_ns;
@@ -163,10 +124,17 @@ static int gs_meter_cover_tail(struct gs_meter *m, struct gs_batch *b)
     return 1;
 }
 
-void gs_meter_sync(struct gs_meter *m)
+void gs_meter_sync(struct gs_meter *m, int64_t now)
 {
     for (int i = 0; i < m->n_open; i++)
         gs_meter_cover_tail(m, &m->open[i]);
+    gs_gang_sync(&m->gang, now, 1);
+}
+
+void gs_meter_synced(struct gs_meter *m, int64_t now)
+{
+    gs_meter_poll(m, now);
+    gs_gang_sync(&m->gang, now, 0);
 }
 
 void gs_meter_poll(struct gs_meter *m, int64_t now)
@@ -184,8 +152,8 @@ void gs_meter_poll(struct gs_meter *m, int64_t now)
             i++;
             continue;
         }
-        if (done > 0)
-            gs_meter_account(m, b, now);
+        if (done > 0) /* seen done: on the host clock no later than now (union.h) */
+            gs_meter_account(m, b, now, m->clock ? m->clock() : now);
         else
             m->dropped++;
         gs_meter_forget(m, b);

@@ -2,14 +2,14 @@
  * Owns: batches (one start/end event pair per run of launches on a stream, closed by
  * estimated size, age, or when the stream was seen idle), the pending queue, the per-launch
  * cost estimate (pre-debited while work is in flight), the union of busy spans (overlapping
- * streams of one process are counted once), the work-conserving board decision, the wake-up
- * quantum (larger next to other contexts), the fairness between one container's processes, and
- * the gang holds of the container's processes (gang.h).
+ * streams of one process are counted once; the container's processes on one GPU too, union.h),
+ * the work-conserving board decision, the wake-up quantum (larger next to other contexts), the
+ * fairness between one container's processes, and their gang holds (gang.h).
  * Does not: call CUDA (events go through gs_meter_ops), sleep, lock (launch.c holds a mutex).
  * Pure and deterministic given the ops and `now`; the simulator drives it with a fake GPU.
  * Failure: an ops error drops that batch (under-counts, never blocks); see docs/compute.md.
  * Tests: tests/native/compute/test_controller.py, test_spans.py, test_clean.py,
- * test_forged_peers.py. */
+ * test_forged_peers.py, test_union.py. */
 #ifndef GS_COMPUTE_METER_H
 #define GS_COMPUTE_METER_H
 
@@ -18,11 +18,12 @@
 #include "clean.h"
 #include "gpuslice/compute_shared.h"
 #include "gang.h"
+#include "spans.h"
+#include "union.h"
 
 #define GS_METER_STREAMS 16
 #define GS_METER_PENDING 32
 #define GS_METER_PENDING_MAX 12          /* more unmeasured batches than this: wait for the GPU */
-#define GS_METER_SPANS 32
 #define GS_METER_BATCH_GPU_NS 1000000LL  /* close a batch at ~1 ms of estimated GPU work */
 #define GS_METER_BATCH_AGE_NS 4000000LL  /* ... or 4 ms after it opened (CPU clock) */
 #define GS_METER_BATCH_LAUNCHES 256
@@ -78,8 +79,6 @@ struct gs_batch {
     int64_t opened_ns, last_ns;
 };
 
-struct gs_span { int64_t s, e; };
-
 /* Node-wide demand of other tenants, filled by the board (or by a test): whether a tenant of
  * priority 0 / 1 has demand, and the total GPU ns the other tenants' processes published;
  * `peers` / `peers_busy_ns`: the same for the other processes of this container (one budget, so
@@ -113,8 +112,9 @@ struct gs_meter {
     uint64_t fair_mine0, fair_peers0;
     int unknown;                     /* launches in flight made before any estimate existed */
     int64_t est_ns[2];               /* per-launch GPU cost estimate by kind, 0 = unknown */
-    struct gs_span spans[GS_METER_SPANS];
+    struct gs_span spans[GS_SPANS_MAX];
     int n_spans;
+    struct gs_union un;              /* the container's processes on this GPU counted once */
     struct gs_clean clean;           /* clean per-launch durations (time-slice correction) */
     struct gs_gang gang;             /* the container's processes stop and go together */
     int correctable;                 /* EMA of "the batch's key could be corrected", 0..256 */
@@ -125,6 +125,9 @@ struct gs_meter {
     char hold_why;                   /* why the last admit held (trace.h): 'm' measure first,
                                       * 'l' borrowing, 'b' the budget, else the gang's why */
     int ordinal;                     /* CUDA device ordinal (for the trace) */
+    /* The host clock (CLOCK_MONOTONIC ns, as `now`), read when a batch is seen done; NULL: use
+     * the `now` of the call (a simulator whose GPU runs on its clock). */
+    int64_t (*clock)(void);
     /* Called for every measured batch (trace.h), NULL = none. */
     void (*on_batch)(const struct gs_meter *m, const struct gs_batch *b, int64_t span,
                      int64_t charge, int64_t busy, int64_t now);
@@ -145,8 +148,12 @@ void gs_meter_after(struct gs_meter *m, uintptr_t stream, enum gs_launch_kind ki
 /* The app is about to wait for the GPU (a stream, event or context sync): a batch whose last
  * launches went after its end event's record (its tail, counted by estimate) and whose stream
  * is still busy gets its end event again, so what the sync waits for is measured, not
- * estimated (a collective that spins there, a kernel far longer than the estimate). */
-void gs_meter_sync(struct gs_meter *m);
+ * estimated (a collective that spins there, a kernel far longer than the estimate). A stopped
+ * process of a gang says it waits (gang.h). */
+void gs_meter_sync(struct gs_meter *m, int64_t now);
+/* The wait is over: reconcile what completed and say so (gang.h reads the queue at once). */
+void gs_meter_synced(struct gs_meter *m, int64_t now);
+#define GS_METER_HAS_SYNCED 1 /* (for simulators built against older sources too) */
 /* Close idle batches and reconcile whatever completed (also done inside admit). */
 void gs_meter_poll(struct gs_meter *m, int64_t now);
 /* Throttle accounting: the caller held one launch back for `ns` in total. */
@@ -163,9 +170,5 @@ void gs_meter_note_hold(struct gs_meter *m, int64_t ns, int64_t over_ns);
 void gs_meter_set_others(struct gs_meter *m, struct gs_meter_others others);
 /* Release every event (process exit / context destroyed). */
 void gs_meter_drop_all(struct gs_meter *m);
-
-/* Add [s,e) to a sorted set of disjoint spans; returns the length not already covered.
- * Keeps at most GS_METER_SPANS spans, forgetting the oldest. */
-int64_t gs_spans_add(struct gs_span *spans, int *n, int64_t s, int64_t e);
 
 #endif

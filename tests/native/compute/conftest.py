@@ -1,5 +1,5 @@
 """Fixtures for the compute controller tests: the simulator library built from the library's
-own compute C sources (native/src/compute/{budget,meter,board,clean}.c) plus the fake GPU timeline
+own compute C sources (benchmarks/compute_accuracy/sim.py lists them) plus the fake GPU timeline
 benchmarks/compute_accuracy/simgpu.c, loaded with ctypes. Needs a C compiler (cc), no GPU."""
 
 from __future__ import annotations
