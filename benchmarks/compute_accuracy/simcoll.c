@@ -235,11 +235,7 @@ static void sc_rank_run(struct sc *S, int i)
             r->steps[r->n_steps++] = S->now - r->step_start;
         r->in_sync = 0;
         if (c->limit_pct > 0 && r->meter.gang.on) /* launch.c's sync hook, after the wait */
-#ifdef GS_METER_HAS_SYNCED
-            gs_meter_synced(&r->meter, S->now);
-#else
             gs_meter_poll(&r->meter, S->now);
-#endif
         r->launched_in_step = 0;
         r->next = S->now + c->step_cpu_ns + c->cpu_skew_ns[i];
         r->step_start = r->next;
@@ -290,11 +286,7 @@ static void sc_rank_run(struct sc *S, int i)
     if (r->launched_in_step == kernels + colls) {
         r->in_sync = 1;
         if (limited) /* launch.c's sync hook: what the sync waits for is measured */
-#ifdef GS_METER_HAS_SYNCED
-            gs_meter_sync(&r->meter, S->now);
-#else
             gs_meter_sync(&r->meter);
-#endif
     }
 }
 

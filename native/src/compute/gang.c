@@ -18,7 +18,6 @@ struct gs_gang_view {
     int queued;      /* a running one launches no more but has work queued: it may too */
     int overdue;     /* ... past its estimate: it most likely waits (in a sync, on a peer) */
     int late;        /* a pending one's queue is past its estimate: it waits on us */
-    int insync;      /* a stopped one waits in a sync for work not done: it may wait on us */
     int busy;        /* one still launches: it will see a stop at its next launch */
     int64_t release; /* the latest release a stopped one published */
 };
@@ -38,7 +37,7 @@ static struct gs_gang_view gs_gang_scan(const struct gs_gang *g, int64_t now)
         if (!p || p == g->self)
             continue;
         int64_t stop = GS_LOAD(p->gang_stop_ns), beat = GS_LOAD(p->gang_beat_ns);
-        int64_t last = GS_LOAD(p->last_launch_ns), checked = beat & ~3LL;
+        int64_t last = GS_LOAD(p->last_launch_ns), checked = beat & ~1LL;
         int64_t inflight = GS_LOAD(p->inflight_ns);
         int stopped = stop > 0 && gs_gang_recent(checked, GS_GANG_BEAT_NS, now);
         /* one that waits in a sync for work it queued long ago is still in the gang: its kernel
@@ -57,13 +56,12 @@ static struct gs_gang_view gs_gang_scan(const struct gs_gang *g, int64_t now)
              * more (it waits in a sync) while what it queued is not done: a sync returns
              * with its in-flight work published as done (launch.c); late: and past its
              * estimate (at most GS_GANG_LATE_NS) since ours drained or it last launched */
-            int insync = !(beat & 1) && inflight > 0 &&
-                         ((beat & 2) || now - checked > GS_GANG_IDLE_NS);
-            int pending = !(beat & 1) && g->drained_ns && (checked >= g->drained_ns || insync);
+            int pending = !(beat & 1) && g->drained_ns &&
+                          (checked >= g->drained_ns ||
+                           (inflight > 0 && now - checked > GS_GANG_IDLE_NS));
             int64_t from = last > g->drained_ns ? last : g->drained_ns;
             int64_t expect = inflight < GS_GANG_LATE_NS ? inflight : GS_GANG_LATE_NS;
             v.pending |= pending;
-            v.insync |= insync;
             v.late |= pending && now - from > expect + GS_GANG_OVERDUE_NS;
         } else if (now - last < GS_GANG_IDLE_NS) {
             v.busy = 1;
@@ -81,14 +79,6 @@ static int64_t gs_gang_wait(struct gs_gang *g, char why, int64_t ns)
 {
     g->why = why;
     return ns;
-}
-
-void gs_gang_sync(struct gs_gang *g, int64_t now, int waiting)
-{
-    if (!g->on || !g->self || !g->stopped)
-        return;
-    int64_t beat = GS_LOAD(g->self->gang_beat_ns);
-    GS_STORE(g->self->gang_beat_ns, waiting ? (now & ~3LL) | (beat & 1) | 2 : beat & ~2LL);
 }
 
 int64_t gs_gang_wait_ns(const struct gs_gang *g, int64_t now)
@@ -121,27 +111,21 @@ int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t 
     }
     own_release = g->own_release_ns; /* a whole quantum, even once the debt itself is paid */
     GS_STORE(g->self->gang_release_ns, own_release);
-    GS_STORE(g->self->gang_beat_ns, (now & ~3LL) | (drained != 0));
-    int room = own_wait < GS_GANG_OVERDRAFT_NS && g->catchup < GS_GANG_CATCHUP;
-    /* Our queue first (it may wait for someone who catches up), unless a stopped one waits in
-     * a sync for work not done: what it waits for may be a launch of ours still to come, and
-     * our queue would drain only after its next time slice on a shared GPU. So we queue on
-     * while it waits; on one GPU the container's processes are charged the union of their
-     * spans (union.h), so the time slices that then interleave are not charged twice. */
-    if (!drained && !(room && v.insync))
+    GS_STORE(g->self->gang_beat_ns, (now & ~1LL) | (drained != 0));
+    if (!drained) /* our queue first (it may wait for someone who catches up) */
         return gs_gang_wait(g, 'q', GS_GANG_POLL_NS);
     /* Catch up: our queue is empty, another's still ran after that: it may wait for a launch of
      * ours (a collective we have not reached). One launch, then drain and look again, so we
      * never run past what it waits for. A running process's queued work is a weaker sign: it
      * may just be computing (a shorter overdraft). */
+    int room = own_wait < GS_GANG_OVERDRAFT_NS && g->catchup < GS_GANG_CATCHUP;
     /* Past that, a hold while a stopped queue waits on us would leave it spinning for the whole
      * hold, charged (its debt then holds us as long: the cascade of holds without gang). So,
      * up to a hard bound, we still catch up for a queue past its estimate, and wait briefly
      * for a draining one to become that or to drain: the stop ends where nobody waits on us. */
     int grace = !room && own_wait < GS_GANG_OVERDRAFT_NS + GS_GANG_GRACE_NS &&
                 g->catchup < GS_GANG_CATCHUP + GS_GANG_GRACE;
-    if ((room && (v.pending || v.insync || v.overdue ||
-                  (v.queued && own_wait < GS_GANG_GUESS_NS))) ||
+    if ((room && (v.pending || v.overdue || (v.queued && own_wait < GS_GANG_GUESS_NS))) ||
         (grace && v.late)) {
         g->catchup++;
         g->drained_ns = 0;

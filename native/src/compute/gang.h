@@ -89,9 +89,6 @@ struct gs_gang {
  * other process is in the gang, use the rule of a process alone). */
 int64_t gs_gang_admit(struct gs_gang *g, int64_t now, int64_t own_wait, int64_t own_release,
                       int drained);
-/* A stopped process is about to wait in a sync (`waiting` 1) or its wait is over (0): says so
- * at once in its beat (bit 1), so peers need not wait GS_GANG_IDLE_NS to see it checks no more. */
-void gs_gang_sync(struct gs_gang *g, int64_t now, int waiting);
 /* How long a stopped process still waits for the gang's release as of its last check (0: none). */
 int64_t gs_gang_wait_ns(const struct gs_gang *g, int64_t now);
 

@@ -113,9 +113,9 @@ void gs_compute_sync(int done)
         return; /* (only the gang reads a queue published empty at once) */
     pthread_mutex_lock(&cm->mu);
     if (done) /* what the wait was for is complete: publish it (gang.h reads inflight_ns) */
-        gs_meter_synced(&cm->meter, gs_compute_now_ns());
+        gs_meter_poll(&cm->meter, gs_compute_now_ns());
     else
-        gs_meter_sync(&cm->meter, gs_compute_now_ns());
+        gs_meter_sync(&cm->meter);
     pthread_mutex_unlock(&cm->mu);
 }
 

@@ -124,17 +124,10 @@ static int gs_meter_cover_tail(struct gs_meter *m, struct gs_batch *b)
     return 1;
 }
 
-void gs_meter_sync(struct gs_meter *m, int64_t now)
+void gs_meter_sync(struct gs_meter *m)
 {
     for (int i = 0; i < m->n_open; i++)
         gs_meter_cover_tail(m, &m->open[i]);
-    gs_gang_sync(&m->gang, now, 1);
-}
-
-void gs_meter_synced(struct gs_meter *m, int64_t now)
-{
-    gs_meter_poll(m, now);
-    gs_gang_sync(&m->gang, now, 0);
 }
 
 void gs_meter_poll(struct gs_meter *m, int64_t now)

@@ -148,12 +148,8 @@ void gs_meter_after(struct gs_meter *m, uintptr_t stream, enum gs_launch_kind ki
 /* The app is about to wait for the GPU (a stream, event or context sync): a batch whose last
  * launches went after its end event's record (its tail, counted by estimate) and whose stream
  * is still busy gets its end event again, so what the sync waits for is measured, not
- * estimated (a collective that spins there, a kernel far longer than the estimate). A stopped
- * process of a gang says it waits (gang.h). */
-void gs_meter_sync(struct gs_meter *m, int64_t now);
-/* The wait is over: reconcile what completed and say so (gang.h reads the queue at once). */
-void gs_meter_synced(struct gs_meter *m, int64_t now);
-#define GS_METER_HAS_SYNCED 1 /* (for simulators built against older sources too) */
+ * estimated (a collective that spins there, a kernel far longer than the estimate). */
+void gs_meter_sync(struct gs_meter *m);
 /* Close idle batches and reconcile whatever completed (also done inside admit). */
 void gs_meter_poll(struct gs_meter *m, int64_t now);
 /* Throttle accounting: the caller held one launch back for `ns` in total. */

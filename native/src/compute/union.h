@@ -1,9 +1,10 @@
 /* One container's processes on one GPU are charged the UNION of their busy spans (issue 21).
  * Why: each process is its own CUDA context, and a GPU without MPS time-slices contexts, so when
  * two processes of a container both have work queued, each batch's events bracket the other's
- * time slices and both were charged them: two independent processes at 50 % got 0.46-0.53 of
- * the share between them, and two ranks whose kernels wait for each other on one GPU could not
- * keep both queues full without being charged twice (1.9x their uncapped step).
+ * time slices and both were charged them. The time-slice correction (clean.h) takes them out
+ * for kernels of stable durations only; a kernel that waits on a peer (an IPC flag, a
+ * collective) has none, so two ranks on one H100 ran at 1.34-1.36x their uncapped step / share
+ * (1.18-1.20x with this).
  * What: a process publishes each span it was charged in its device's span log (the region's
  * device block, compute_shared.h), on the host clock; a span later charged subtracts the part
  * that spans published before it already cover, so every instant is charged once.
@@ -33,7 +34,7 @@
 
 /* The offset bounds are those of the current and the previous window of this length: long
  * enough to meet batches whose events were timed promptly, short enough that the GPU timer's
- * drift against the host clock (ppm) stays far below a microsecond per window. */
+ * drift against the host clock (ppm) stays within a few microseconds. */
 #define GS_UNION_WINDOW_NS 250000000LL
 
 struct gs_union {
