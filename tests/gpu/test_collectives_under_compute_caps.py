@@ -3,14 +3,15 @@ CUDA IPC (tests/gpu/progs/ipc_spin.cu: a compute kernel, then a kernel that spin
 peer's kernel set its flag) under compute limits of 30 % and 50 %, on two GPUs (when there are
 two) and on one GPU, through benchmarks/multi_gpu/collective_caps.py, with the library as the
 node agent configures it (gang holds on: GPUSLICE_COMPUTE_PHASE=1 for every container under a
-compute limit). The issue's targets: the job completes, its step is within 1.25x of (the step
-without the library / share; not always met yet: docs/benchmarks.md § Ranks of one job), and no
+compute limit), over 2,000 steps (shorter runs end before the steady state). The issue's
+targets: the job completes, its step is within 1.25x of (the step without the library / share;
+on one GPU met since its processes are charged the union of their spans, 1.18-1.20x), and no
 launch is held more than 10 ms past what it owed. The attack: a kernel named like NCCL's
 all-reduce that "waits" (spins, i.e. computes) gets its limit's share of the unlimited rate, no
 more.
 NCCL itself and DDP: benchmarks/multi_gpu/run.sh (nccl_bench.py under the same limits).
 Run: `PYTHONPATH=src python3 -m pytest -m gpu tests/gpu/test_collectives_under_compute_caps.py
---confcutdir=tests/gpu -rA` (needs nvcc; about 60 s of GPU time)."""
+--confcutdir=tests/gpu -rA` (needs nvcc; about 90 s of GPU time on one GPU)."""
 
 from __future__ import annotations
 
@@ -27,19 +28,13 @@ from gpu_harness import ROOT
 pytestmark = pytest.mark.gpu
 SCRIPT = ROOT / "benchmarks" / "multi_gpu" / "collective_caps.py"
 
-# Not always met (docs/benchmarks.md § Ranks of one job): over 400 steps the one-GPU pair ran
-# 1.26 and 1.37x its target at 30 and 50 % (2x H200), 1.12-1.23x over 200 steps: a run's start
-# costs seconds, and the pair holds ~1 s each time its catch-up reaches the overdraft.
-NOT_ALWAYS_MET = pytest.mark.xfail(reason="issue 21 open: the one-GPU pair's step is 1.1-1.4x "
-                                   "its target", strict=False)
-
-
 @pytest.fixture(scope="module")
 def results(libgpuslice: Path, results_dir: Path, record) -> dict[str, Any]:
     if not shutil.which("nvcc") and not Path("/usr/local/cuda/bin/nvcc").exists():
         pytest.skip("no nvcc to build tests/gpu/progs/ipc_spin.cu")
     run = subprocess.run([sys.executable, str(SCRIPT), "--out", str(results_dir),
-                          "--lib", str(libgpuslice), "--phase"], capture_output=True, text=True,
+                          "--lib", str(libgpuslice), "--phase", "--steps", "2000"],
+                         capture_output=True, text=True,
                          timeout=900)  # fmt: skip
     print(run.stdout)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
@@ -55,7 +50,6 @@ def _pairs(data: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in data["pairs"] if p["backend"] == "gpuslice"]
 
 
-@NOT_ALWAYS_MET
 def test_the_pair_completes_at_its_share_on_one_gpu_and_on_two(results) -> None:
     pairs = _pairs(results)
     assert pairs, "no pair ran"
