@@ -11,6 +11,7 @@ share) (the mean over the whole run: throughput, start included)
 Does not: assert (tests/gpu/test_collectives_under_compute_caps.py does, from the same JSON).
 Usage (a GPU machine, the library built): python3 benchmarks/multi_gpu/collective_caps.py
   --out DIR [--limits 30,50] [--steps 400] [--compute-us 500] [--before-lib OLD.so]
+  [--pods one|gang|apart] (the ranks: one container; two pods with one gang directory; apart)
 """
 
 from __future__ import annotations
@@ -52,10 +53,14 @@ def gpu_uuids() -> list[str]:
 # compute limit; --no-phase: off for both pairs (the controller without them)
 PHASE = {"one-gpu": "1", "two-gpus": "1"}
 TRACE: dict[str, Path] = {}  # --trace: "dir" -> each run's own subdirectory of it
+# --pods: the ranks are processes of one container (one region, "one"), or two pods of one job
+# on the node, each with its own region, handed one gang directory ("gang", crew.h) or not
+# ("apart")
+PODS = {"layout": "one"}
 
 
 def _env(lib: Path | None, limit: int, region: Path, uuids: list[str], gpu: int,
-         label: str = "", phase: str = "0") -> dict[str, str]:
+         label: str = "", phase: str = "0", gang: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CUDA_DEVICE_", "GPUSLICE_", "LD_PRELOAD"))}
     env.update(SAFE_ENV, CUDA_VISIBLE_DEVICES=str(gpu))
@@ -63,6 +68,8 @@ def _env(lib: Path | None, limit: int, region: Path, uuids: list[str], gpu: int,
         env.update(LD_PRELOAD=str(lib), CUDA_DEVICE_MEMORY_SHARED_CACHE=str(region),
                    GPUSLICE_DEVICE_UUIDS=",".join(uuids), CUDA_DEVICE_SM_LIMIT=str(limit),
                    GPUSLICE_COMPUTE_PHASE=phase)
+        if gang is not None:
+            env["GPUSLICE_GANG_DIR"] = str(gang)
         if TRACE and label:
             (TRACE["dir"] / label).mkdir(parents=True, exist_ok=True)
             env["GPUSLICE_COMPUTE_TRACE"] = str(TRACE["dir"] / label)
@@ -73,11 +80,16 @@ def run_pair(prog: Path, gpus: list[int], lib: Path | None, limit: int, steps: i
              compute_us: float, uuids: list[str], timeout: float) -> dict[str, Any]:
     """Both ranks of the IPC pair, one per entry of `gpus` (equal entries: one GPU)."""
     with tempfile.TemporaryDirectory(prefix="gs-ipc-") as d:
-        region = Path(d) / "region"
+        pods = PODS["layout"]
+        regions = [Path(d) / ("region" if pods == "one" else f"region-{r}") for r in (0, 1)]
+        gang = Path(d) / "gang" if pods == "gang" else None
+        if gang is not None:
+            gang.mkdir()
         placement = "one-gpu" if gpus[0] == gpus[-1] else "two-gpus"
         label = f"{placement.removesuffix('s')}-{limit}"
         procs = [subprocess.Popen([str(prog), "pair", str(r), d, str(steps), str(compute_us)],
-                                  env=_env(lib, limit, region, uuids, g, label, PHASE[placement]),
+                                  env=_env(lib, limit, regions[r], uuids, g, label,
+                                           PHASE[placement], gang),
                                   stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
                  for r, g in enumerate(gpus)]  # fmt: skip
@@ -129,7 +141,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="gang holds (GPUSLICE_COMPUTE_PHASE=1, as the node agent sets them); "
                          "--no-phase: without them")
     ap.add_argument("--trace", type=Path, help="GPUSLICE_COMPUTE_TRACE: DIR/<placement>-<limit>")
+    ap.add_argument("--pods", choices=("one", "gang", "apart"), default="one",
+                    help="the ranks: processes of one container (one region), or two pods of "
+                         "one job, each its own region, with one GPUSLICE_GANG_DIR (gang) or "
+                         "without (apart)")
     args = ap.parse_args(argv)
+    PODS["layout"] = args.pods
     if args.trace:
         TRACE["dir"] = args.trace
     if not args.phase:
@@ -142,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="gs-coll-"))
     prog = build(work)
     placements = {"two-gpus": [0, 1], "one-gpu": [0, 0]}
-    result: dict[str, Any] = {"gpus": len(uuids), "steps": args.steps,
+    result: dict[str, Any] = {"gpus": len(uuids), "steps": args.steps, "pods": args.pods,
                               "compute_us": args.compute_us, "pairs": [], "disguised": []}
     for name in args.placements.split(","):
         gpus = placements[name]

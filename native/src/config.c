@@ -219,7 +219,7 @@ int gs_config_agent_region(struct gs_config *c, const char *path)
  * this list complete. */
 static const char *const gs_known_names[] = {
     "GPUSLICE_COMPUTE_MODE", "GPUSLICE_BOARD_DIR", "GPUSLICE_DEVICE_UUIDS", /* the library */
-    "GPUSLICE_COMPUTE_PHASE", "GPUSLICE_COMPUTE_TRACE",                   /* the library */
+    "GPUSLICE_COMPUTE_PHASE", "GPUSLICE_COMPUTE_TRACE", "GPUSLICE_GANG_DIR", /* the library */
     "GPUSLICE_POD_UID", "GPUSLICE_POD_NAMESPACE", "GPUSLICE_POD_NAME",    /* older webhooks */
     "GPUSLICE_CONTAINER_NAME", "GPUSLICE_MIG_DEVICES",                     /* node agent (MIG) */
     "GPUSLICE_NODE_", "GPUSLICE_WEBHOOK_", "GPUSLICE_SCHEDULER_",          /* services */
@@ -271,8 +271,8 @@ void gs_config_check_names(struct gs_config *c, char *const *envp)
             gs_check_limit_name(c, name, eq + 1);
         } else if (strncmp(name, "GPUSLICE_", 9) == 0 && !gs_known_name(name)) {
             gs_fail(c, name, eq + 1, "unknown gpuslice variable (a typo?); the library reads "
-                    "GPUSLICE_COMPUTE_MODE, GPUSLICE_COMPUTE_PHASE, GPUSLICE_COMPUTE_TRACE, GPUSLICE_BOARD_DIR and "
-                    "GPUSLICE_DEVICE_UUIDS: fix the "
+                    "GPUSLICE_COMPUTE_MODE, GPUSLICE_COMPUTE_PHASE, GPUSLICE_COMPUTE_TRACE, GPUSLICE_GANG_DIR, "
+                    "GPUSLICE_BOARD_DIR and GPUSLICE_DEVICE_UUIDS: fix the "
                     "name or unset it");
         }
     }

@@ -65,7 +65,30 @@ struct gs_compute_proc {
     _Atomic uint64_t gang_release_ns; /* 80: stopped: when its own budget lets it go */
 };
 
+/* The gang file, $GPUSLICE_GANG_DIR/gang: the gang words of the processes of several
+ * containers (the pods of one job on a node) that stop and go together (compute/crew.h). Created
+ * complete by its first process; 0666. */
+#define GS_GANG_FILE_MAGIC 0x31474e4147534755ull /* "UGSGANG1" little-endian */
+#define GS_GANG_FILE_SLOTS 64
+
+struct gs_gang_slot {                 /* 128 bytes */
+    _Atomic uint64_t token;           /* 0: free; else its owner's random token (CAS-claimed) */
+    _Atomic uint64_t claimed_ns;      /* 8: when its owner claimed it (host clock) */
+    struct gs_compute_proc proc;      /* 16: its owner's gang words, last launch, in flight */
+    uint8_t reserved[128 - 16 - GS_COMPUTE_PROC_BYTES];
+};
+
+struct gs_gang_file {
+    uint64_t magic;                   /* GS_GANG_FILE_MAGIC */
+    uint32_t version;                 /* 1 */
+    uint32_t slots;                   /* GS_GANG_FILE_SLOTS */
+    uint8_t reserved[128 - 16];
+    struct gs_gang_slot slot[GS_GANG_FILE_SLOTS];
+};
+
 _Static_assert(sizeof(struct gs_compute_device) == GS_COMPUTE_DEVICE_BYTES, "region layout");
+_Static_assert(sizeof(struct gs_gang_slot) == 128, "gang file layout");
+_Static_assert(sizeof(struct gs_gang_file) == 128 + 128 * GS_GANG_FILE_SLOTS, "gang file layout");
 _Static_assert(sizeof(struct gs_compute_proc) == GS_COMPUTE_PROC_BYTES, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, busy_ns) == 16, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, last_demand_ns) == 64, "region layout");

@@ -20,6 +20,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "crew.h"
 #include "log.h"
 #include "real.h"
 #include "region.h"
@@ -146,6 +147,9 @@ int gs_compute_init(void)
                 "invisible, running in hard mode; %s", cfg->agent_region
                 ? "the node agent mounts its board at " GS_AGENT_BOARD ": check its Allocate mounts"
                 : "mount a shared directory and set GPUSLICE_BOARD_DIR to it");
+    const char *gang_dir = getenv("GPUSLICE_GANG_DIR"); /* pods of one job (crew.h) */
+    if (gs_c.phase && gang_dir && *gang_dir)
+        gs_crew_open(gang_dir, gs_c.token, gs_compute_now_ns());
     const char *trace = getenv("GPUSLICE_COMPUTE_TRACE");
     if (trace && *trace)
         gs_trace_open(trace);
@@ -235,8 +239,11 @@ static struct gs_cmeter *gs_compute_create(CUcontext ctx)
     cm->meter.clock = gs_compute_now_ns;
     /* gang holds with the container's other processes (gang.h); a process of several contexts
      * publishes one state for all of them, so it holds on its own, as before issue 21 */
-    cm->meter.gang = (struct gs_gang){.self = gs_region_compute_proc(), .count = gs_compute_slots,
-                                      .at = gs_compute_slot, .on = gs_c.phase && !gs_c.meters};
+    struct gs_compute_proc *crew = gs_crew_self(); /* pods of one job: their gang file */
+    cm->meter.gang = (struct gs_gang){.self = crew ? crew : gs_region_compute_proc(),
+                                      .count = crew ? gs_crew_count : gs_compute_slots,
+                                      .at = crew ? gs_crew_at : gs_compute_slot,
+                                      .on = gs_c.phase && !gs_c.meters};
     for (struct gs_cmeter *o = gs_c.meters; o; o = o->next)
         o->meter.gang.on = 0;
     cm->meter.ordinal = (int)dev;
@@ -298,6 +305,7 @@ static void gs_compute_fork_child(void)
         gs_board_client_forked(&cm->board, gs_c.token, (int)getpid());
         cm->meter.gang.on = 0; /* its words are the parent's slot */
     }
+    gs_crew_forked();
 }
 
 __attribute__((constructor)) static void gs_compute_fork_register(void)
@@ -309,4 +317,5 @@ __attribute__((destructor)) static void gs_compute_fini(void)
 {
     for (struct gs_cmeter *cm = __atomic_load_n(&gs_c.meters, __ATOMIC_ACQUIRE); cm; cm = cm->next)
         gs_board_leave(&cm->board);
+    gs_crew_leave();
 }

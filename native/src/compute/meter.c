@@ -130,6 +130,16 @@ void gs_meter_sync(struct gs_meter *m)
         gs_meter_cover_tail(m, &m->open[i]);
 }
 
+/* Publish the work in flight in the region's slot and in the gang's, which is another one when
+ * a gang file is used (crew.h). */
+static void gs_meter_publish(struct gs_meter *m)
+{
+    if (m->proc)
+        atomic_store_explicit(&m->proc->inflight_ns, m->inflight_ns, GS_RELAXED);
+    if (m->gang.self && m->gang.self != m->proc)
+        atomic_store_explicit(&m->gang.self->inflight_ns, m->inflight_ns, GS_RELAXED);
+}
+
 void gs_meter_poll(struct gs_meter *m, int64_t now)
 {
     for (int i = m->n_open - 1; i >= 0; i--) { /* streams that went idle: close now */
@@ -152,8 +162,7 @@ void gs_meter_poll(struct gs_meter *m, int64_t now)
         gs_meter_forget(m, b);
         m->pending[i] = m->pending[--m->n_pending];
     }
-    if (m->proc)
-        atomic_store_explicit(&m->proc->inflight_ns, m->inflight_ns, GS_RELAXED);
+    gs_meter_publish(m);
 }
 
 /* 1 if this process charged more than its peers' average in the current fairness window. */
@@ -300,6 +309,8 @@ void gs_meter_after_key(struct gs_meter *m, uintptr_t stream, enum gs_launch_kin
         atomic_fetch_add_explicit(&m->proc->launches, 1, GS_RELAXED);
         atomic_store_explicit(&m->proc->last_launch_ns, (uint64_t)now, GS_RELAXED);
     }
+    if (m->gang.self && m->gang.self != m->proc) /* a gang file's slot (crew.h) */
+        atomic_store_explicit(&m->gang.self->last_launch_ns, (uint64_t)now, GS_RELAXED);
     int i = gs_meter_find(m, stream);
     if (i < 0)
         return; /* could not open a batch: this launch goes unmeasured (fail open) */
@@ -335,8 +346,8 @@ void gs_meter_after_key(struct gs_meter *m, uintptr_t stream, enum gs_launch_kin
         b->est_ns += est;
         m->inflight_ns += est;
     }
-    if (m->proc && m->gang.on) /* the gang reads it: is this queue done, or waiting? (gang.h) */
-        atomic_store_explicit(&m->proc->inflight_ns, m->inflight_ns, GS_RELAXED);
+    if (m->gang.on) /* the gang reads it: is this queue done, or waiting? (gang.h) */
+        gs_meter_publish(m);
 }
 
 void gs_meter_note_wait(struct gs_meter *m, int64_t ns)
