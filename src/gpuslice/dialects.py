@@ -2,7 +2,8 @@
 
 Owns: resource and annotation names of each dialect, their units and ranges, the defaults
 for missing dimensions, GPU filters, per-pod policy overrides (DESIGN §3) and the pod's GPU
-mode (`volcano.sh/vgpu-mode: mig` and its HAMi/gpuslice twins -> PodRequest.mig).
+mode (`volcano.sh/vgpu-mode: mig` and its HAMi/gpuslice twins -> PodRequest.mig), and the
+pod's gang (`gpuslice.io/gang`, read apart from parse_pod: `gang_of`, `gang_problems`).
 Does not: decide placement (allocator/) or talk to the API (webhook/ calls parse_pod).
 Invariants: values come from resources.limits, else requests (both given must be equal);
 one dialect per container; slices in pod order, init containers first; every SliceRequest
@@ -15,6 +16,7 @@ Tests: tests/unit/test_dialects.py, tests/unit/test_dialects_properties.py
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
@@ -28,10 +30,13 @@ from gpuslice.quantity import QuantityError, parse_quantity
 __all__ = [
     "ANNOTATIONS",
     "DIALECTS",
+    "GANG_ANNOTATION",
     "MAX_GPUS_PER_CONTAINER",
     "MAX_MEMORY_MIB",
     "RESOURCE_NAMES",
     "Defaults",
+    "gang_of",
+    "gang_problems",
     "is_gpu_pod",
     "parse_pod",
 ]
@@ -69,9 +74,14 @@ GPU_POLICY = ("gpuslice.io/gpu-policy", "hami.io/gpu-scheduler-policy")
 # dynamic-MIG key, ours; any dialect's resources may go with it.
 GPU_MODE = ("volcano.sh/vgpu-mode", "nvidia.com/vgpu-mode", "gpuslice.io/gpu-mode")
 _MODES = {"mig": True, "hami-core": False, "shim": False}
+# Pod-level: the pods of one job on a node whose processes stop and go together (the node agent
+# hands their containers one gang directory, docs/node-agent.md). A DNS label, so that it names
+# a host directory as it is; a tenant's annotation (webhook/admit.py TENANT_ANNOTATIONS).
+GANG_ANNOTATION = "gpuslice.io/gang"
+_GANG_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 ANNOTATIONS: frozenset[str] = frozenset(
     (USE_GPUTYPE, NOUSE_GPUTYPE, USE_GPUUUID, NOUSE_GPUUUID, *NODE_POLICY, *GPU_POLICY,
-     *GPU_MODE)
+     *GPU_MODE, GANG_ANNOTATION)
 )
 
 MAX_GPUS_PER_CONTAINER = 16
@@ -415,6 +425,31 @@ def _mode(ann: Mapping[str, Any], p: _Problems) -> bool:
         p.add("pod", f"annotation {other}", ann[other], f"disagrees with {first}="
               f"{ann[first]}", "give one mode annotation, or the same value in each")
     return any(chosen.values())
+
+
+def _annotations(pod: object) -> Mapping[str, Any]:
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return ann if isinstance(ann, Mapping) else {}
+
+
+def gang_of(pod: object) -> str:
+    """The pod's gang (`gpuslice.io/gang`), or "" when it names none or an invalid one (the
+    webhook refuses those: gang_problems). Never raises."""
+    got = _annotations(pod).get(GANG_ANNOTATION)
+    return got if isinstance(got, str) and _GANG_NAME.fullmatch(got) else ""
+
+
+def gang_problems(pod: object) -> list[str]:
+    """What is wrong with the pod's `gpuslice.io/gang`, one line per problem (none: [])."""
+    ann = _annotations(pod)
+    if GANG_ANNOTATION not in ann or gang_of(pod):
+        return []
+    p = _Problems()
+    p.add("pod", f"annotation {GANG_ANNOTATION}", ann[GANG_ANNOTATION],
+          "must be a DNS label (lowercase letters, digits and '-', at most 63, starting and "
+          "ending with a letter or digit)", "name the job's pods alike, e.g. the job's name")
+    return p.lines
 
 
 def _filter(ann: Mapping[str, Any], p: _Problems) -> model.GPUFilter:

@@ -14,7 +14,8 @@ The kubelet tells a device plugin only device IDs, never the pod (DESIGN §4). T
 Why the rule is sound: the kubelet admits one pod at a time and allocates its containers in
 order, so a pod already in progress owns the next calls, and among pods not started the
 first device request tells them apart; pods with equal first requests must be
-interchangeable (same shape), so a swap between them gives each exactly what it asked for.
+interchangeable (same shape: requests, slices, priorities and gang), so a swap between them
+gives each exactly what it asked for.
 Expiry: the extender stops waiting for a flight after `timeout_s`, but a kubelet that was
 restarted or cut off may admit that pod later, after a confusable pod was bound beside it. So
 the agent keeps every pod the kubelet has not admitted (`admitted`) among the claimants of a
@@ -102,6 +103,7 @@ class Flight(msgspec.Struct, frozen=True, kw_only=True):
     requests: tuple[DeviceRequest, ...]
     allocated: tuple[str, ...]
     shape: tuple[Any, ...]
+    gang: str = ""  # dialects.gang_of: the pod's gpuslice.io/gang ("" none or invalid)
 
     @property
     def pending(self) -> tuple[DeviceRequest, ...]:
@@ -224,26 +226,33 @@ def missing_device_resources(pod: Mapping[str, Any], defaults: dialects.Defaults
                  for key, i, r, named in _requests_with_place(pod, defaults) if not named)
 
 
+def _gang(gang: str) -> tuple[Any, ...]:
+    # last, and only where a pod names one: the shape of a pod without a gang is as before
+    return (("gang", gang),) if gang else ()
+
+
 def _shape(requests: tuple[DeviceRequest, ...], assignment: model.PodAssignment,
-           pod: model.PodRequest) -> tuple[Any, ...]:
+           pod: model.PodRequest, gang: str = "") -> tuple[Any, ...]:
     """What must be equal for two pods to be interchangeable: per GPU container, in order,
-    its device request, kind, priority and the memory/cores of each of its slices."""
+    its device request, kind, priority and the memory/cores of each of its slices; then the
+    pod's gang (its containers are handed that gang's directory: node/allocate.py)."""
     slices = {c.container: c.slices for c in assignment.containers}
     prio = {s.container: int(s.priority) for s in pod.slices}
     return tuple((r.resource, r.quantity, r.kind.value, prio.get(r.container, 0),
                   tuple((s.memory_mib, s.cores) for s in slices.get(r.container, ())))
-                 for r in requests)
+                 for r in requests) + _gang(gang)
 
 
 def request_shape(requests: tuple[DeviceRequest, ...], pod: model.PodRequest,
-                  memory_mib: Mapping[str, int]) -> tuple[Any, ...]:
+                  memory_mib: Mapping[str, int], *, gang: str = "") -> tuple[Any, ...]:
     """The shape a pod not yet bound would have, with `memory_mib` per container per GPU (the
-    extender resolves percent requests against the node's GPUs first)."""
+    extender resolves percent requests against the node's GPUs first) and its `gang`
+    (dialects.gang_of)."""
     by_name = {s.container: s for s in pod.slices}
     return tuple((r.resource, r.quantity, r.kind.value, int(by_name[r.container].priority),
                   ((memory_mib[r.container], by_name[r.container].cores),)
                   * by_name[r.container].count)
-                 for r in requests)
+                 for r in requests) + _gang(gang)
 
 
 def flight_of(pod: Mapping[str, Any], now: float, timeout_s: float, *,
@@ -272,9 +281,11 @@ def flight_of(pod: Mapping[str, Any], now: float, timeout_s: float, *,
         return None
     raw = ann.get(ALLOCATED)
     allocated = tuple(n for n in raw.split(",") if n) if isinstance(raw, str) else ()
+    gang = dialects.gang_of(pod)
     flight = Flight(key=parsed.key, uid=parsed.uid, node=assignment.node, bound_at=bound_at,
                     created=str(meta.get("creationTimestamp") or ""), requests=requests,
-                    allocated=allocated, shape=_shape(requests, assignment, parsed))
+                    allocated=allocated, shape=_shape(requests, assignment, parsed, gang),
+                    gang=gang)
     return flight if flight.pending else None
 
 

@@ -65,6 +65,11 @@ LIBRARY_ENV = "GPUSLICE_LIBRARY"
 AGENT_REGION = "/var/run/gpuslice/region"
 # Where, with the agent's region, the library finds the node-wide board (GS_AGENT_BOARD, ditto)
 AGENT_BOARD = "/var/run/gpuslice-board"
+# Where the node agent mounts a pod's gang directory (docs/node-agent.md, pods of one job), and
+# the env that names it to the library: its processes keep their gang state in `<dir>/gang`,
+# shared by every container handed the same directory, instead of in the region
+AGENT_GANG = "/var/run/gpuslice-gang"
+GANG_DIR_ENV = "GPUSLICE_GANG_DIR"
 COMPUTE_MODES = {"hard": 0, "work-conserving": 1}
 
 

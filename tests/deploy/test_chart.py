@@ -323,7 +323,9 @@ def test_only_gpu_pods_and_what_gpuslice_refuses_are_sent_to_the_webhook(case):
     assert quoted >= dialects.RESOURCE_NAMES, "every dialect's resource names a GPU pod"
     names = {q for q in quoted if "/" in q and not q.startswith("gpuslice.io/")}
     assert names == set(dialects.RESOURCE_NAMES), "and nothing else does"
-    assert set(TENANT_ANNOTATIONS) <= quoted and "gpuslice.io/webhook" in quoted
+    assert {q for q in quoted if q.startswith("gpuslice.io/")} == {
+        "gpuslice.io/", "gpuslice.io/webhook", *TENANT_ANNOTATIONS}, \
+        "exactly the tenants' annotations are let past (webhook/admit.py TENANT_ANNOTATIONS)"
     assert {DEVICE_ENV, *DEVICE_ENV_HIDDEN} <= quoted
     assert hook["failurePolicy"] in ("Fail", "Ignore")
 
@@ -420,7 +422,10 @@ def test_the_policy_says_what_the_webhook_says():
     assert _cel_strings(variables["gpuResources"]) == set(dialects.RESOURCE_NAMES)
     create_annotations, create_labels, device_env = (
         _cel_strings(v["expression"]) for v in policy["validations"][2:5])
-    assert set(TENANT_ANNOTATIONS) <= create_annotations
+    assert {q for q in create_annotations if q.startswith("gpuslice.io/")} == {
+        "gpuslice.io/", *TENANT_ANNOTATIONS}, \
+        "the policy lets exactly the webhook's tenant annotations through at creation"
+    assert "gpuslice.io/gang" in TENANT_ANNOTATIONS
     assert {"gpuslice.io/webhook", handoff.MANAGED_LABEL} <= create_labels
     assert set(PLACEMENT_ANNOTATIONS) <= _cel_strings(policy["validations"][0]["expression"])
     assert {DEVICE_ENV, *DEVICE_ENV_HIDDEN} <= device_env

@@ -177,6 +177,34 @@ def test_allocate_prefers_the_pod_in_progress_then_the_oldest():
     assert handoff.match_allocate([old], "nvidia.com/gpu", 2) is None
 
 
+def _ganged(name: str, gang: str | None) -> dict[str, Any]:
+    p = bound(pod(name, [hami("c")]), "n1", NOW - 1)
+    if gang is not None:
+        p["metadata"]["annotations"][dialects.GANG_ANNOTATION] = gang
+    return p
+
+
+@pytest.mark.parametrize(("gang", "read"), [
+    ("train-42", "train-42"), (None, ""), ("Train", ""), ("a" * 64, ""), ("job-", "")])
+def test_the_flight_carries_the_pods_gang_and_an_invalid_one_reads_as_none(gang, read):
+    f = handoff.flight_of(_ganged("a", gang), NOW, 30)
+    assert f is not None, "a bad gang never keeps a pod from its slice"
+    assert f.gang == read
+
+
+def test_the_gang_is_part_of_the_shape_and_a_pod_without_one_keeps_its_old_shape():
+    plain = handoff.flight_of(_ganged("a", None), NOW, 30)
+    job = handoff.flight_of(_ganged("b", "job"), NOW, 30)
+    assert plain is not None and job is not None
+    assert plain.shape == (("nvidia.com/gpu", 1, "app", 0, ((1024, 10),)),), \
+        "the shape of a pod without a gang is as before gangs"
+    assert job.shape == (*plain.shape, ("gang", "job"))
+    parsed = dialects.parse_pod(_ganged("c", "job"))
+    assert handoff.request_shape(job.requests, parsed, {"c": 1024}, gang="job") == job.shape, \
+        "the extender computes the shape the pod will have once bound"
+    assert handoff.request_shape(job.requests, parsed, {"c": 1024}) == plain.shape
+
+
 # The rule's promise, checked against an adversarial kubelet: pods admitted by the extender
 # only when blocking_flight allows it are, in ANY admission order (one pod at a time, its
 # containers consecutively), matched to the right pod or to an interchangeable twin.

@@ -4,12 +4,14 @@ Layout: `<state-dir>/regions/<pod-uid>/<container>/region` (device plugin) and
 `<state-dir>/dra/regions/<claim-uid>/region` (DRA: one per claim, removed only by the DRA
 plugin), directories the agent's (0755), and `<state-dir>/board` (root's, 1777 like /tmp):
 the node's demand board, one file per GPU that the library of every container creates (0666)
-and writes (docs/compute.md, the board).
+and writes (docs/compute.md, the board); `<state-dir>/gangs/<namespace>/<gang>` (1777 below
+the agent's 0755 ones): one pod gang's state, shared by the containers of its pods.
 At Allocate the agent writes the region itself, complete, with the container's limits
 (shim.RegionSpec), 0666 so that every uid of the container shares it: the library finds it at
 its fixed path (shim.AGENT_REGION, where the container directory is mounted) and its limits win
 over the container's env. Nobody in the container but its root can replace the file.
-Owns: `prepare`, `prepare_board`, `place`, `scan`, `scan_claims`, `remove`, `swap`.
+Owns: `prepare`, `prepare_board`, `prepare_gang`, `place`, `scan`, `scan_claims`, `remove`,
+`remove_gangs`, `swap`.
 Does not: interpret usage (exporter.py, watchdog.py) or decide which pods or claims are gone
 (the watchdog asks the cluster view; the DRA plugin the API server).
 Invariant: the files are the tenant's, so they are never trusted: directories are walked
@@ -24,10 +26,12 @@ import contextlib
 import ctypes
 import errno
 import os
+import re
 import shutil
 import stat
 import time
 import uuid as uuidlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,10 +40,13 @@ from gpuslice.container.edits import REGION_FILE
 from gpuslice.errors import ShimError
 from gpuslice.shim import SLOTS_OFFSET, Region, RegionSpec
 
-__all__ = ["BOARD_DIR", "ContainerRegion", "place", "prepare", "prepare_board", "remove", "scan",
-           "scan_claims", "swap"]
+__all__ = ["BOARD_DIR", "GANGS_DIR", "ContainerRegion", "place", "prepare", "prepare_board",
+           "prepare_gang", "remove", "remove_gangs", "scan", "scan_claims", "swap"]
 
 BOARD_DIR = "board"
+GANGS_DIR = "gangs"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a namespace, a gang
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,74 @@ def prepare_board(state_dir: str | Path) -> Path:
         raise OSError(f"{d}: exists and is not a directory; remove it")
     os.chmod(d, 0o1777)  # mkdir's mode is cut by the umask
     return d
+
+
+def _open_dir(path: Path, mode: int, dir_fd: int | None = None) -> int:
+    """Create (or keep) directory `path` (its last part, below `dir_fd` if given), and return a
+    descriptor of it, mode `mode`: never through a symlink (O_NOFOLLOW), never a file."""
+    name = path.name if dir_fd is not None else str(path)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o755, dir_fd=dir_fd)
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # a symlink or a file in the way
+            raise OSError(exc.errno, f"{path}: exists and is not a directory; remove it "
+                                     "(the node agent makes it)") from None
+        raise
+    try:
+        os.fchmod(fd, mode)  # mkdir's mode is cut by the umask
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def prepare_gang(root: str | Path, namespace: str, gang: str) -> Path:
+    """Create (or keep) the directory of gang `gang` of `namespace`, `root/<namespace>/<gang>`,
+    mode 1777: every container of the gang's pods (any uid) creates and shares the gang file
+    there; `root` and `root/<namespace>` are the agent's (0755), so a tenant can write only
+    inside its gang's directory. Each level is opened below the last (O_NOFOLLOW): a symlink
+    or file in the way is refused, never followed. Its mtime is set to now: the sweep
+    (remove_gangs) counts its grace from the gang's last Allocate."""
+    for part in (namespace, gang):
+        if not _DNS_LABEL.fullmatch(part):
+            raise ValueError(f"gang {namespace}/{gang}: {part!r} is not a DNS label")
+    d = Path(root)
+    fd = _open_dir(d, 0o755)
+    try:
+        for part, mode in ((namespace, 0o755), (gang, 0o1777)):
+            d = d / part
+            below = _open_dir(d, mode, fd)
+            os.close(fd)
+            fd = below
+        os.utime(fd)
+    finally:
+        os.close(fd)
+    return d
+
+
+def remove_gangs(root: str | Path, live: Collection[tuple[str, str]], grace_s: float,
+                 now: float) -> list[str]:
+    """Remove each gang directory `root/<namespace>/<gang>` that no live pod names (`live`:
+    (namespace, gang) of every live pod of the node, from a fresh list) and that is older than
+    `grace_s` (mtime), then namespace directories left empty; returns the removed
+    `<namespace>/<gang>`. Walks without following symlinks (rmtree neither)."""
+    removed = []
+    for ns in _dirs(root):
+        for g in _dirs(ns.path):
+            if (ns.name, g.name) in live:
+                continue
+            try:
+                if now - g.stat(follow_symlinks=False).st_mtime < grace_s:
+                    continue
+            except FileNotFoundError:
+                continue
+            shutil.rmtree(g.path, ignore_errors=True)
+            removed.append(f"{ns.name}/{g.name}")
+        with contextlib.suppress(OSError):  # not empty: a live gang's, or one in its grace
+            os.rmdir(ns.path)
+    return removed
 
 
 def place(path: Path, spec: RegionSpec) -> str:

@@ -7,7 +7,8 @@ device plugins' and DRA's started and stopped as the node's GPU path says, node/
 installing the library into `<state-dir>/lib` (with the ld.so.preload that loads it), the
 Allocate path (answer from the pod store, listed again before a pod's first answer and on a
 miss; an ambiguous call is refused with an AllocateAmbiguous event on each pod concerned; then
-write the container's region with its limits, regions.place), and SIGTERM/SIGINT handling.
+write the container's region with its limits, regions.place, and create its pod's gang
+directory, regions.prepare_gang), and SIGTERM/SIGINT handling.
 Does not: hold any logic of its own beyond wiring; each decision lives in its module.
 Invariants: the kubelet is served whatever the API server does; a stop closes the plugin
 sockets, flushes events and leaves regions, DRA claims and the ResourceSlice in place
@@ -97,6 +98,7 @@ class Agent:
         self.layout = edits.Layout(
             library_host=str(lib), preload_host=str(preload), regions_host=str(self.regions_root),
             board_host=str(regions.prepare_board(state)),
+            gangs_host=str(state / regions.GANGS_DIR),
             library_container=cfg.container_library_path,
             region_container_dir=cfg.container_region_dir, cdi=cfg.cdi,
             compute_mode=cfg.compute_mode)
@@ -132,7 +134,8 @@ class Agent:
         self.watchdog = Watchdog(backend, self.regions_root, cfg.watchdog, gpus=self.gpus,
                                  assignments=self._assignments, pods_fresh=self._pods_fresh,
                                  claims_root=self.dra.root if self.dra else None,
-                                 claims=self.dra.prepared if self.dra else dict)
+                                 claims=self.dra.prepared if self.dra else dict,
+                                 gangs_root=self.layout.gangs_host)
         self._mismatch_reported: set[str] = set()
         # (pod uid, resource) -> device IDs answered for the pod's containers while it is in
         # flight: the kubelet gives later containers its init containers' IDs again
@@ -243,6 +246,8 @@ class Agent:
                 a = await asyncio.to_thread(self._mig_answer, a)
             how = regions.place(regions.prepare(self.regions_root, a.pod_uid, a.container) /
                                 edits.REGION_FILE, a.region)
+            if a.gang:  # the directory the answer mounts: there before the container starts
+                regions.prepare_gang(self.layout.gangs_host, a.pod_key.split("/", 1)[0], a.gang)
             if how == "replaced":
                 log.warning("the container's region did not hold its assignment's limits; "
                             "replaced", extra={"pod": a.pod_key, "container": a.container})
@@ -383,6 +388,10 @@ class Agent:
         live = {str(p["metadata"].get("uid")) for p in self.cluster.pods()}
         for uid in self.watchdog.sweep(live):
             log.info("removed regions of a pod that no longer exists", extra={"pod_uid": uid})
+        for gang in self.watchdog.sweep_gangs(alloc.live_gangs(self.cluster.pods(),
+                                                               self.cfg.node_name)):
+            log.info("removed the directory of a gang no pod on this node names",
+                     extra={"gang": gang})
 
     async def _publish_slices(self) -> None:
         """Publish the node's ResourceSlice at start, on every change of GPU health, at every

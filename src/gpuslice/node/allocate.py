@@ -2,10 +2,11 @@
 
 Owns: reading the in-flight pods of this node (handoff.flight_of plus the assignment and the
 pod's request), the checks an answer must pass, and the answer itself: GPUs, the env and
-mounts (container/edits.py, shared with the DRA path's CDI specs), and the region's limits
-(`Answer.region`, which the agent writes into the region).
-Does not: do I/O (the agent creates the region and patches gpuslice.io/allocated),
-or speak gRPC (plugin.py turns an Answer into a ContainerAllocateResponse).
+mounts (container/edits.py, shared with the DRA path's CDI specs; the pod's gang directory
+under a compute limit), and the region's limits (`Answer.region`, which the agent writes).
+Does not: do I/O (the agent creates the region and the gang directory, `Answer.gang`, and
+patches gpuslice.io/allocated), or speak gRPC (plugin.py turns an Answer into a
+ContainerAllocateResponse).
 Invariants: a container gets exactly its assigned GPUs and limits, nothing else; the kubelet's
 device IDs must lie on those GPUs (except IDs it reuses from the pod's init containers); an
 assignment is believed only for a managed pod bound to THIS node (spec.nodeName), on GPUs this
@@ -31,14 +32,14 @@ from typing import Any
 
 from gpuslice import codec, dialects, handoff, model
 from gpuslice.allocator.usage import AllocationError, footprint
-from gpuslice.container.edits import Layout, Mount, container_edits
+from gpuslice.container.edits import Layout, Mount, container_edits, gang_host_dir
 from gpuslice.errors import CodecError, GpusliceError, RequestError
 from gpuslice.quantity import QuantityError, parse_int_quantity
 from gpuslice.shim import RegionSpec
 
 __all__ = ["AllocateError", "AmbiguousAllocate", "Answer", "InFlight", "PodViews", "Stranger",
-           "answer", "assigned_pods", "device_gpu", "in_flight", "match", "preferred",
-           "strangers"]
+           "answer", "assigned_pods", "device_gpu", "in_flight", "live_gangs", "match",
+           "preferred", "strangers"]
 
 
 class AllocateError(GpusliceError):
@@ -76,6 +77,7 @@ class Answer:
     region_host_dir: str
     region: RegionSpec  # the limits the agent writes into the container's region
     in_progress: bool = False  # an earlier container of the pod was answered already
+    gang: str = ""  # the pod's gang whose directory the container is handed ("" none)
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,19 @@ def assigned_pods(pods: Iterable[Mapping[str, Any]], node: str) -> dict[str, mod
             continue
         if a.node == node:
             out[str(meta.get("uid", ""))] = a
+    return out
+
+
+def live_gangs(pods: Iterable[Mapping[str, Any]], node: str) -> set[tuple[str, str]]:
+    """(namespace, gang) of every live pod on `node` (not ended, not being deleted) that names
+    a gang: the gang directories the agent keeps (container/regions.remove_gangs)."""
+    out = set()
+    for pod in pods:
+        meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
+        gang = dialects.gang_of(pod)
+        if gang and spec.get("nodeName") == node and not meta.get("deletionTimestamp") and \
+                status.get("phase") not in ("Succeeded", "Failed"):
+            out.add((str(meta.get("namespace") or "default"), gang))
     return out
 
 
@@ -407,11 +422,14 @@ def _build(flight: handoff.Flight, req: handoff.DeviceRequest, pod: model.PodReq
                         sm_limit=max(s.cores for s in slices), compute_mode=layout.compute_mode,
                         priority=prio)
     region_dir = f"{layout.regions_host}/{flight.uid}/{req.container}"
-    envs, mounts = container_edits(region, region_dir, layout)
+    gang = flight.gang if 0 < region.sm_limit < 100 else ""  # no compute limit: no holds
+    gang_dir = gang_host_dir(layout, flight.key.split("/", 1)[0], gang)
+    envs, mounts = container_edits(region, region_dir, layout, gang_dir=gang_dir)
     return Answer(pod_key=flight.key, pod_uid=flight.uid, container=req.container, gpus=uuids,
                   envs=envs, mounts=mounts,
                   cdi_devices=tuple(f"nvidia.com/gpu={u}" for u in uuids) if layout.cdi else (),
-                  region_host_dir=region_dir, region=region, in_progress=flight.started)
+                  region_host_dir=region_dir, region=region, in_progress=flight.started,
+                  gang=gang if gang_dir else "")
 
 
 def preferred(pods: Sequence[InFlight], resource: str, available: Sequence[str],

@@ -205,7 +205,7 @@ class MigManager:
         """The Allocate answer for MIG devices: no library, no region, only the devices."""
         envs = {"NVIDIA_VISIBLE_DEVICES": "void" if cdi else ",".join(uuids),
                 "GPUSLICE_MIG_DEVICES": ",".join(uuids)}
-        return replace(a, envs=envs, mounts=(),
+        return replace(a, envs=envs, mounts=(), gang="",
                        cdi_devices=tuple(f"nvidia.com/gpu={u}" for u in uuids) if cdi else ())
 
     # -- after pods

@@ -5,8 +5,9 @@ per-process used memory, summed per container, beyond `toleranceMiB`) and (2) pr
 GPU shared through gpuslice whose pid is in no region slot (they run without the library:
 static CUDA, a cleared ld.so.preload, a binary that ignores it); reporting each once per
 process (event LimitViolation on the pod, metric, log), and SIGKILL when configured; and
-removing the region directories of pods that no longer exist (after a grace period, only with
-a fresh pod list: never while the API server is away). DRA claims' regions (`claims_root`;
+removing the region directories of pods that no longer exist, and gang directories no live pod
+names (`gangs_root`), after a grace period, only with a fresh pod list: never while the API
+server is away. DRA claims' regions (`claims_root`;
 pod_uid = the claim uid, container empty) are checked against the caps the DRA plugin prepared
 (`claims`: a tenant can rewrite its region's), never swept here (the DRA plugin removes them).
 Whose process: region slots hold pids as the container sees them, NVML here lists host pids;
@@ -24,7 +25,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,12 +102,14 @@ class Watchdog:
                  pods_fresh: Callable[[], bool],
                  claims_root: str | Path | None = None,
                  claims: Callable[[], Mapping[str, ClaimShares]] = dict,
+                 gangs_root: str | Path | None = None,
                  kill: Callable[[int, int], None] = os.kill,
                  proc: str = "/proc") -> None:
         self.backend = backend
         self.root = Path(regions_root)
         self.claims_root = Path(claims_root) if claims_root is not None else None
         self.claims = claims  # claim uid -> its shares (the DRA plugin's checkpoint)
+        self.gangs_root = Path(gangs_root) if gangs_root is not None else None
         self.cfg = cfg
         self.gpus = gpus
         self.assignments = assignments
@@ -216,3 +219,13 @@ class Watchdog:
             regions.remove(self.root, e.name)
             removed.append(e.name)
         return removed
+
+    def sweep_gangs(self, live: Collection[tuple[str, str]], *,
+                    now: float | None = None) -> list[str]:
+        """Remove gang directories that no pod in `live` (namespace, gang) names once they are
+        older than the grace period (regions.remove_gangs); returns `<namespace>/<gang>` of
+        each removed."""
+        if self.gangs_root is None or not self.pods_fresh():
+            return []
+        return regions.remove_gangs(self.gangs_root, live, self.cfg.region_grace_seconds,
+                                    time.time() if now is None else now)

@@ -95,7 +95,7 @@ class Evaluator:
         self._requests: dict[tuple[Any, Any], PodRequest] = {}
         self._seen: OrderedDict[str, Mapping[str, Any]] = OrderedDict()  # uid -> pod, bounded
         self._devices: dict[str, tuple[handoff.DeviceRequest, ...]] = {}
-        # _request_key -> node -> (its in-flight index, refusal): see _hand_off
+        # (*_request_key, gang) -> node -> (its in-flight index, refusal): see _hand_off
         self._blocked: dict[tuple[Any, ...], dict[str, tuple[Any, Refusal | None]]] = {}
 
     def ours(self, pod: Mapping[str, Any]) -> bool:
@@ -210,8 +210,9 @@ class Evaluator:
         requests = self.device_requests(pod)
         if not requests:
             return
+        gang = dialects.gang_of(pod)  # pods of other gangs are not interchangeable either
         fixed = {s.container: s.memory_mib for s in v.pod.slices}  # None: percent of the GPU
-        same = (handoff.request_shape(requests, v.pod, fixed)  # type: ignore[arg-type]
+        same = (handoff.request_shape(requests, v.pod, fixed, gang=gang)  # type: ignore[arg-type]
                 if None not in fixed.values() else None)  # absolute memory: one shape anywhere
         mine = self.state.flight_node(v.pod.key)  # where the pod is in flight itself, if anywhere
         if len(self._blocked) > 64:
@@ -219,14 +220,14 @@ class Evaluator:
         # kept per node while the node's index is the same object (state.py replaces it when a
         # pod in flight there changes); never where the pod is in flight itself, as a pod's
         # own flight never blocks it
-        kept = self._blocked.setdefault(_request_key(requests, v.pod), {})
+        kept = self._blocked.setdefault((*_request_key(requests, v.pod), gang), {})
         by_size: dict[int, tuple[Any, ...]] = {}  # percent: the shape on nodes of one GPU size
         for name, by in zip(flying, self.state.unstarted_on(flying), strict=True):
             got = kept.get(name)
             if got is not None and got[0] is by and name != mine:
                 refusal = got[1]
             else:
-                refusal, keep = _blocking(name, by, requests, same, v, by_size)
+                refusal, keep = _blocking(name, by, requests, same, v, by_size, gang)
                 if keep and name != mine:
                     kept[name] = (by, refusal)
             if refusal is not None:
@@ -250,7 +251,8 @@ def _request_key(requests: tuple[handoff.DeviceRequest, ...], pod: PodRequest) -
 
 def _blocking(name: str, by: Mapping[tuple[str, int], list[handoff.Flight]],
               requests: tuple[handoff.DeviceRequest, ...], same: tuple[Any, ...] | None,
-              v: Verdict, by_size: dict[int, tuple[Any, ...]]) -> tuple[Refusal | None, bool]:
+              v: Verdict, by_size: dict[int, tuple[Any, ...]], gang: str = ""
+              ) -> tuple[Refusal | None, bool]:
     """handoff.blocking_flight on node `name` as a refusal, and whether it may be kept (not
     where a percent request's shape came from this placement: a node of mixed GPU sizes)."""
     flights = by.get((requests[0].resource, requests[0].quantity))
@@ -262,7 +264,8 @@ def _blocking(name: str, by: Mapping[tuple[str, int], list[handoff.Flight]],
         size = pl.snapshot.uniform_mem
         shape = by_size.get(size) if size else None
         if shape is None:
-            shape = handoff.request_shape(requests, v.pod, _memory_per_gpu(v.pod, pl))
+            shape = handoff.request_shape(requests, v.pod, _memory_per_gpu(v.pod, pl),
+                                          gang=gang)
             if size:
                 by_size[size] = shape
         keep = bool(size)

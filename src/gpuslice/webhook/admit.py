@@ -58,9 +58,10 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # a static pod: the kubelet r
 # one except those a tenant is meant to write (the per-pod policies; the opt-out label, which
 # the configuration names; the managed label on the GPU pods the webhook labels itself).
 RESERVED_PREFIX = "gpuslice.io/"
-TENANT_ANNOTATIONS = (dialects.NODE_POLICY[0], dialects.GPU_POLICY[0])
+TENANT_ANNOTATIONS = (dialects.NODE_POLICY[0], dialects.GPU_POLICY[0], dialects.GANG_ANNOTATION)
 # The NVIDIA container toolkit's device list: in a container without a slice, anything but these
 # (e.g. `all`) gives that container GPUs of the node with no slice and no cap.
+_TENANT_KEYS = f"{', '.join(TENANT_ANNOTATIONS[:-1])} and {TENANT_ANNOTATIONS[-1]}"
 DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
 DEVICE_ENV_HIDDEN = ("void", "none")
 _MAX_PROBLEMS, _MAX_LINE = 50, 300  # a denial stays readable however bad the pod is
@@ -227,8 +228,8 @@ def _guard_problems(pod: Mapping[str, Any], meta: Mapping[str, Any], options: Op
                             "pod; remove it")
         else:
             problems.append(f"pod: annotation {_key(k)}: {RESERVED_PREFIX} annotations are "
-                            "written by gpuslice only (a pod may set "
-                            f"{' and '.join(TENANT_ANNOTATIONS)}); remove it")
+                            f"written by gpuslice only (a pod may set {_TENANT_KEYS}); "
+                            "remove it")
     labels = meta.get("labels")
     for k, v in labels.items() if isinstance(labels, Mapping) else ():
         if not isinstance(k, str) or not k.startswith(RESERVED_PREFIX) or \
@@ -267,9 +268,9 @@ def _guard_problems(pod: Mapping[str, Any], meta: Mapping[str, Any], options: Op
 
 def _tenant_problems(pod: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str]:
     """What the dialect parser does not check on a GPU pod: a labels map; no spec.nodeName
-    (a placement gpuslice did not make); env lists in slice containers that do not preset what
-    the node agent sets."""
-    problems = []
+    (a placement gpuslice did not make); a gang that names a directory (dialects.gang_of);
+    env lists in slice containers that do not preset what the node agent sets."""
+    problems = dialects.gang_problems(pod)
     if meta.get("labels") is not None and not isinstance(meta["labels"], Mapping):
         problems.append(f"pod: metadata.labels={brief(meta['labels'])}: not an object; map "
                         "label names to strings")
@@ -324,8 +325,11 @@ def _on_dra(pod: Mapping[str, Any], parsed: model.PodRequest,
             inventory: dra.Inventory | None, options: dra.DraOptions) -> Decision:
     """The pod as DRA claims (dra.translate)."""
     t = dra.translate(pod, parsed, inventory, options)
+    gang = dialects.gang_of(pod)  # the DRA driver sees claims, never the pod's annotations
+    warnings = (f"{dialects.GANG_ANNOTATION}={gang}: not applied on the DRA path "
+                "(docs/dra.md)",) if gang else ()
     return Decision(result=Result.PATCHED, why="GPU pod on the DRA path", patch=t.patch,
-                    templates=t.templates)
+                    templates=t.templates, warnings=warnings)
 
 
 def _resource_ops(key: str, i: int, c: Mapping[str, Any],

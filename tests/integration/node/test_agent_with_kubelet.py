@@ -250,3 +250,34 @@ async def test_an_agent_restarted_before_its_allocated_mark_landed_never_reanswe
     got = await again.allocate("nvidia.com/gpu", [f"{gpu(0)}::1"])
     assert (got.pod_uid, got.container) == (p["metadata"]["uid"], "b"), \
         "the journal says container a was answered already"
+
+
+async def test_pods_of_one_gang_share_its_directory_which_goes_when_they_are_gone(node):
+    """gpuslice.io/gang: each container under a compute limit is handed `<stateDir>/gangs/
+    <namespace>/<gang>`, made before the answer; the watchdog's sweep removes it once no pod of
+    the node names the gang and the grace has passed."""
+    now = time.time()
+    workers = []
+    for i in range(2):
+        p = pod(f"worker-{i}", [container("main", cores=30)], {"main": [gpu(i)]}, at=now - 2 + i)
+        p["metadata"]["annotations"]["gpuslice.io/gang"] = "train"
+        workers.append(await create(node.client, p))
+    await node.kubelet.wait_devices("nvidia.com/gpu")
+    gang = node.state / "gangs" / "default" / "train"
+    for w in workers:
+        got = (await node.kubelet.admit(w))["main"]
+        assert env_of(got)["GPUSLICE_GANG_DIR"] == "/var/run/gpuslice-gang"
+        assert ("/var/run/gpuslice-gang", str(gang), False) in mounts_of(got)
+    assert gang.is_dir() and (gang.stat().st_mode & 0o7777) == 0o1777
+    assert (gang.parent.stat().st_mode & 0o7777) == 0o755
+    os.utime(gang, (now - 3600, now - 3600))
+    await node.agent._watchdog_once()
+    assert gang.is_dir(), "its pods still run"
+    for w in workers:
+        await node.client.delete(Pod, w["metadata"]["name"], namespace="default")
+    # being deleted (the kubelet has yet to stop them) counts as gone, as ended pods do
+    await wait_for(lambda: not any(p["metadata"]["name"].startswith("worker-") and
+                                   not p["metadata"].get("deletionTimestamp")
+                                   for p in node.agent.cluster.pods()), "the pods deleted")
+    await node.agent._watchdog_once()
+    assert not gang.exists() and not gang.parent.exists()

@@ -189,7 +189,7 @@ async def test_a_pod_without_a_gpu_cannot_be_created_managed_with_a_forged_assig
                  annotations={"gpuslice.io/assignment": FORGED,
                               "gpuslice.io/bound-at": "2026-11-26T00:00:00.000000Z"})
     message = refused(*await guarded.create(attack),
-                      "gpuslice.io/gpu-policy; the others (assignment, bound-at, allocated) "
+                      "gpuslice.io/gang; the others (assignment, bound-at, allocated) "
                       "are written by gpuslice")
     assert "ValidatingAdmissionPolicy 't-gpuslice-placement-annotations'" in message
     assert not await exists(guarded, "miner")
@@ -220,7 +220,8 @@ async def test_a_node_may_create_the_mirror_pod_of_its_static_pod_as_written(gua
 
 async def test_what_a_tenant_may_write_is_created(guarded):
     ok = pod("tuned", labels={"gpuslice.io/webhook": "enabled"},
-             annotations={"gpuslice.io/node-policy": "spread", "gpuslice.io/gpu-policy": "binpack"})
+             annotations={"gpuslice.io/node-policy": "spread", "gpuslice.io/gpu-policy": "binpack",
+                          "gpuslice.io/gang": "train"})
     code, reply = await guarded.create(ok)
     assert code == 201, reply
     # a GPU pod as the webhook leaves it: the managed label is right there
@@ -234,6 +235,7 @@ async def test_what_a_tenant_may_write_is_created(guarded):
                                               "by gpuslice only"),
     ("gpuslice.io/allocated", "annotations", "written by gpuslice only"),
     ("gpuslice.io/node-policy", "annotations", "changed by gpuslice only"),
+    ("gpuslice.io/gang", "annotations", "changed by gpuslice only"),
     ("gpuslice.io/managed", "labels", "changed by gpuslice only"),
     ("gpuslice.io/webhook", "labels", "changed by gpuslice only"),
 ])
@@ -358,6 +360,7 @@ async def webhook_down(kube_api, api) -> AsyncIterator[Api]:
 
 async def test_while_the_webhook_is_down_only_gpu_pods_wait_for_it(webhook_down):
     for plain in (pod("web"), pod("tuned", annotations={"gpuslice.io/node-policy": "spread"}),
+                  pod("ganged", annotations={"gpuslice.io/gang": "train"}),
                   pod("hidden", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]),
                   pod("other", limits={"cpu": "1", "example.com/fpga": "1"}),
                   pod("gpu-in-kube-system", namespace="kube-system",

@@ -45,6 +45,16 @@ def test_the_spec_gives_the_claim_the_device_plugins_env_and_mounts_and_its_devi
         "/dev/nvidia-uvm-tools"]
 
 
+def test_a_claim_is_never_handed_a_gang_directory():
+    """Prepare sees the claim, not its pods' gpuslice.io/gang (docs/dra.md): the agent's layout
+    knows where gangs lie, yet the spec names none."""
+    layout = Layout(**{**LAYOUT.__dict__, "gangs_host": "/s/gangs"})
+    edits = cdi.build(UID, REGION, [0], "/r", layout)["devices"][0]["containerEdits"]
+    assert not [e for e in edits["env"] if e.startswith("GPUSLICE_GANG_DIR=")]
+    assert not [m for m in edits["mounts"] if m["hostPath"].startswith("/s/gangs")]
+    assert edits == cdi.build(UID, REGION, [0], "/r", LAYOUT)["devices"][0]["containerEdits"]
+
+
 def test_the_spec_is_written_under_the_contracts_name_and_removed(tmp_path):
     spec = cdi.build(UID, REGION, [0, 1], "/r", LAYOUT)
     p = cdi.write(tmp_path / "cdi", UID, spec)

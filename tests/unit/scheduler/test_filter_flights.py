@@ -56,3 +56,19 @@ def test_the_kubelets_first_status_ends_the_flight_before_the_agents_mark():
     ev.state.on_pod("MODIFIED", admitted)
     assert refused(ev, pod("third", mem=2048)) == {}, "admitted: nothing to confuse"
     assert ev.state.held("default/first") is not None, "its slices stay held"
+
+
+def test_a_pod_of_another_gang_waits_and_one_of_the_same_gang_flies_beside_it():
+    """The node agent hands a container its pod's gang directory (gpuslice.io/gang), so a call
+    answered from the wrong pod of equal slices would put it in another gang: the extender
+    holds pods of other gangs (or none) apart, percent requests too, and keeps those answers
+    per gang."""
+    gang = {"gpuslice.io/gang": "job"}
+    ev = evaluator(assigned(pod("first", annotations=gang), "n1", ["GPU-n1-0"]))
+    assert refused(ev, pod("twin", annotations=gang)) == {}, "same slices, same gang"
+    assert refused(ev, pod("plain")) == {"n1": WAIT}, "same slices, no gang"
+    assert refused(ev, pod("other", annotations={"gpuslice.io/gang": "x"})) == {"n1": WAIT}
+    assert refused(ev, pod("twin2", annotations=gang)) == {}, "the kept answer is the gang's"
+    plain = evaluator(assigned(pod("first"), "n1", ["GPU-n1-0"]))
+    assert refused(plain, pod("twin")) == {}, "without gangs: as before"
+    assert refused(plain, pod("ganged", annotations=gang)) == {"n1": WAIT}

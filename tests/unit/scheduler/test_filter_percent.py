@@ -59,3 +59,15 @@ def test_on_gpus_of_mixed_sizes_the_size_comes_from_the_gpu_the_pod_would_get():
     got = {verdict_for(percent_pod("second", 50), flying, mixed_node("mix")).NodeNames == ["mix"]
            for flying in (same, other)}
     assert got == {True, False}, "exactly one of the two sizes is the pod's own shape"
+
+
+def test_a_percent_pod_of_the_same_size_but_another_gang_waits():
+    """Its shape is resolved on the node (25 % of 16384 = 4096 MiB), the gang added to it."""
+    flying = assigned(pod("first", mem=4096, cores=10, annotations={"gpuslice.io/gang": "job"}),
+                      "n1", ["GPU-n1-0"])
+    other = percent_pod("second", 25)
+    other["metadata"]["annotations"]["gpuslice.io/gang"] = "another"
+    assert verdict_for(other, flying, node("n1", mem=16384)).NodeNames == []
+    same = percent_pod("third", 25)
+    same["metadata"]["annotations"]["gpuslice.io/gang"] = "job"
+    assert verdict_for(same, flying, node("n1", mem=16384)).NodeNames == ["n1"]

@@ -1,0 +1,74 @@
+"""`gpuslice.io/gang` at admission: a tenant's annotation (any pod may carry it), refused on a GPU
+pod when it cannot name a directory, left as written, and a warning where it is not applied
+(the DRA path). The node agent's side: tests/unit/node/test_allocate_gang.py."""
+
+from __future__ import annotations
+
+import pytest
+from webhook_pods import admitted, container, gpu_pod
+
+from gpuslice import dialects
+from gpuslice.webhook import dra
+from gpuslice.webhook.admit import TENANT_ANNOTATIONS, Options, Result, admit
+
+GPU = container("gpu", limits={"nvidia.com/gpumem": "4096", "nvidia.com/gpucores": "30"})
+CPU = container("web", limits={"cpu": "1"})
+GANG = "gpuslice.io/gang"
+OPTIONS = Options()
+
+
+def decide(pod, options=OPTIONS, **kw):
+    return admit("CREATE", pod, {}, options, **kw)
+
+
+def test_the_gang_is_a_tenant_annotation_under_the_key_the_agent_reads():
+    assert dialects.GANG_ANNOTATION == GANG
+    assert GANG in TENANT_ANNOTATIONS
+
+
+@pytest.mark.parametrize("value", ["train", "train-42", "a", "0", "a" * 63, "job-1-of-2"])
+def test_a_dns_label_passes_on_any_pod_and_is_left_as_written(value):
+    assert decide(gpu_pod(CPU, annotations={GANG: value})).result is Result.ALLOWED
+    pod = gpu_pod(GPU, annotations={GANG: value})
+    decision = decide(pod)
+    assert decision.result is Result.PATCHED, decision.message
+    assert not [op for op in decision.patch if "annotations" in op["path"]], \
+        "the webhook writes no annotation: the node agent reads the tenant's own"
+    assert admitted(pod)["metadata"]["annotations"] == {GANG: value}
+
+
+@pytest.mark.parametrize("value", ["Train", "my_job", "-job", "job-", "a" * 64, "", "job.1",
+                                   " job", "job\n", "ns/job", ".."])
+def test_a_value_that_is_no_dns_label_is_denied_with_what_to_do(value):
+    decision = decide(gpu_pod(GPU, annotations={GANG: value}))
+    assert decision.result is Result.DENIED
+    (line,) = decision.message.splitlines()
+    assert line.startswith(f"pod: annotation {GANG}=")
+    assert line.endswith(": must be a DNS label (lowercase letters, digits and '-', at most 63, "
+                         "starting and ending with a letter or digit); name the job's pods "
+                         "alike, e.g. the job's name"), line
+
+
+def test_the_denial_shows_the_value_as_written():
+    (line,) = decide(gpu_pod(GPU, annotations={GANG: "My_Job"})).message.splitlines()
+    assert line.startswith(f"pod: annotation {GANG}=My_Job: must be a DNS label")
+
+
+def test_a_bad_gang_is_listed_with_the_pods_other_problems():
+    pod = gpu_pod(container("gpu", limits={"nvidia.com/gpumem": "4096",
+                                           "nvidia.com/gpucores": "150"}),
+                  annotations={GANG: "Bad"})
+    lines = decide(pod).message.splitlines()
+    assert any("gpucores=150" in line for line in lines)
+    assert any(line.startswith(f"pod: annotation {GANG}=Bad:") for line in lines)
+
+
+def test_a_gang_on_the_dra_path_is_admitted_with_a_warning_that_it_is_not_applied():
+    options = Options(dra=dra.DraOptions(enabled=True, default_path="dra"))
+    inventory = dra.Inventory(served=True, slices=3, sharing=True, memory_mib=(81920,))
+    decision = decide(gpu_pod(GPU, annotations={GANG: "train"}), options,
+                      dra_inventory=inventory)
+    assert decision.result is Result.PATCHED, decision.message
+    assert decision.warnings == (f"{GANG}=train: not applied on the DRA path (docs/dra.md)",)
+    assert all(len(w) <= 120 for w in decision.warnings)
+    assert decide(gpu_pod(GPU), options, dra_inventory=inventory).warnings == ()
