@@ -13,7 +13,11 @@
  * token; a slot whose owner showed no sign of life for GS_CREW_STALE_NS is taken over: another
  * container's pids cannot be checked, and the gang scan ignores it long before), its release at
  * exit, and the slot reader gang.c scans.
- * Does not: decide holds (gang.c), publish the words (meter.c, gang.c).
+ * Does not: decide holds (gang.c), publish the words (meter.c, gang.c), or see a killed owner
+ * at once: a region reclaims a dead process's slot by its pid, but another container's pid
+ * cannot be checked, so a process killed with work queued looks like one waiting in a sync
+ * until that lapses (GS_BUDGET_HORIZON_NS, gang.c): its peers catch up for it meanwhile, within
+ * the gang's overdraft, as they would for a live one.
  * Trust: anyone handed the directory can write the file. A forged slot can make the gang wait,
  * bounded like any gang hold (a release beyond the budget's horizon is ignored), and never
  * lowers anybody's charge: every kernel is still charged to its own container's budget.
