@@ -59,9 +59,9 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # a static pod: the kubelet r
 # the configuration names; the managed label on the GPU pods the webhook labels itself).
 RESERVED_PREFIX = "gpuslice.io/"
 TENANT_ANNOTATIONS = (dialects.NODE_POLICY[0], dialects.GPU_POLICY[0], dialects.GANG_ANNOTATION)
+_TENANT_KEYS = f"{', '.join(TENANT_ANNOTATIONS[:-1])} and {TENANT_ANNOTATIONS[-1]}"
 # The NVIDIA container toolkit's device list: in a container without a slice, anything but these
 # (e.g. `all`) gives that container GPUs of the node with no slice and no cap.
-_TENANT_KEYS = f"{', '.join(TENANT_ANNOTATIONS[:-1])} and {TENANT_ANNOTATIONS[-1]}"
 DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
 DEVICE_ENV_HIDDEN = ("void", "none")
 _MAX_PROBLEMS, _MAX_LINE = 50, 300  # a denial stays readable however bad the pod is
