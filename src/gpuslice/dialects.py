@@ -30,6 +30,7 @@ from gpuslice.quantity import QuantityError, parse_quantity
 __all__ = [
     "ANNOTATIONS",
     "DIALECTS",
+    "DNS_LABEL",
     "GANG_ANNOTATION",
     "MAX_GPUS_PER_CONTAINER",
     "MAX_MEMORY_MIB",
@@ -78,7 +79,7 @@ _MODES = {"mig": True, "hami-core": False, "shim": False}
 # hands their containers one gang directory, docs/node-agent.md). A DNS label, so that it names
 # a host directory as it is; a tenant's annotation (webhook/admit.py TENANT_ANNOTATIONS).
 GANG_ANNOTATION = "gpuslice.io/gang"
-_GANG_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a gang; a namespace too
 ANNOTATIONS: frozenset[str] = frozenset(
     (USE_GPUTYPE, NOUSE_GPUTYPE, USE_GPUUUID, NOUSE_GPUUUID, *NODE_POLICY, *GPU_POLICY,
      *GPU_MODE, GANG_ANNOTATION)
@@ -437,7 +438,7 @@ def gang_of(pod: object) -> str:
     """The pod's gang (`gpuslice.io/gang`), or "" when it names none or an invalid one (the
     webhook refuses those: gang_problems). Never raises."""
     got = _annotations(pod).get(GANG_ANNOTATION)
-    return got if isinstance(got, str) and _GANG_NAME.fullmatch(got) else ""
+    return got if isinstance(got, str) and DNS_LABEL.fullmatch(got) else ""
 
 
 def gang_problems(pod: object) -> list[str]:

@@ -29,17 +29,23 @@ from gpu_harness import ROOT
 pytestmark = pytest.mark.gpu
 SCRIPT = ROOT / "benchmarks" / "multi_gpu" / "collective_caps.py"
 
-@pytest.fixture(scope="module")
-def results(libgpuslice: Path, results_dir: Path, record) -> dict[str, Any]:
+
+def _collective_caps(libgpuslice: Path, out: Path, *args: str) -> dict[str, Any]:
+    """collective_caps.py's results with the library as the node agent configures it (gang
+    holds on), over 2,000 steps; `args`: more of its options."""
     if not shutil.which("nvcc") and not Path("/usr/local/cuda/bin/nvcc").exists():
         pytest.skip("no nvcc to build tests/gpu/progs/ipc_spin.cu")
-    run = subprocess.run([sys.executable, str(SCRIPT), "--out", str(results_dir),
-                          "--lib", str(libgpuslice), "--phase", "--steps", "2000"],
-                         capture_output=True, text=True,
-                         timeout=900)  # fmt: skip
+    run = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--lib",
+                          str(libgpuslice), "--phase", "--steps", "2000", *args],
+                         capture_output=True, text=True, timeout=900)  # fmt: skip
     print(run.stdout)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
-    data = json.loads((results_dir / "collective_caps.json").read_text())
+    return json.loads((out / "collective_caps.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def results(libgpuslice: Path, results_dir: Path, record) -> dict[str, Any]:
+    data = _collective_caps(libgpuslice, results_dir)
     for p in data["pairs"]:
         record("collective_caps_pair", **{k: v for k, v in p.items() if k != "ranks"})
     for d in data["disguised"]:
@@ -51,16 +57,8 @@ def results(libgpuslice: Path, results_dir: Path, record) -> dict[str, Any]:
 def pods(libgpuslice: Path, results_dir: Path, record) -> dict[str, Any]:
     """The ranks as two pods of one job on the node: each its own region (budget), one gang
     directory (GPUSLICE_GANG_DIR, as the node agent hands pods annotated gpuslice.io/gang)."""
-    if not shutil.which("nvcc") and not Path("/usr/local/cuda/bin/nvcc").exists():
-        pytest.skip("no nvcc to build tests/gpu/progs/ipc_spin.cu")
-    out = results_dir / "pods"
-    run = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--lib",
-                          str(libgpuslice), "--phase", "--steps", "2000", "--pods", "gang",
-                          "--disguised-seconds", "0"], capture_output=True, text=True,
-                         timeout=900)  # fmt: skip
-    print(run.stdout)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
-    data = json.loads((out / "collective_caps.json").read_text())
+    data = _collective_caps(libgpuslice, results_dir / "pods", "--pods", "gang",
+                            "--disguised-seconds", "0")
     for p in data["pairs"]:
         record("collective_caps_pods", **{k: v for k, v in p.items() if k != "ranks"})
     return data

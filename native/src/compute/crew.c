@@ -7,11 +7,9 @@
 #include <sys/mman.h>
 
 #include "budget.h"
+#include "gang.h"
 #include "log.h"
 #include "region.h"
-
-#define GS_LOAD(at) ((int64_t)atomic_load_explicit(&(at), memory_order_relaxed))
-#define GS_STORE(at, v) atomic_store_explicit(&(at), (v), memory_order_relaxed)
 
 static struct {
     struct gs_gang_file *file;

@@ -5,9 +5,6 @@
 
 #include "budget.h"
 
-#define GS_LOAD(at) ((int64_t)atomic_load_explicit(&(at), memory_order_relaxed))
-#define GS_STORE(at, v) atomic_store_explicit(&(at), (uint64_t)(v), memory_order_relaxed)
-
 /* What the other processes of the gang are doing. */
 struct gs_gang_view {
     int active;      /* processes in the gang, this one aside */

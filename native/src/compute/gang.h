@@ -40,9 +40,15 @@
 #ifndef GS_COMPUTE_GANG_H
 #define GS_COMPUTE_GANG_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "gpuslice/compute_shared.h"
+
+/* Relaxed access to the gang words of a slot (a region's or a gang file's, crew.h): plain times,
+ * any value safe, so no ordering is needed. */
+#define GS_LOAD(at) ((int64_t)atomic_load_explicit(&(at), memory_order_relaxed))
+#define GS_STORE(at, v) atomic_store_explicit(&(at), (uint64_t)(v), memory_order_relaxed)
 
 #define GS_GANG_ACTIVE_NS 50000000LL  /* a process that launched this recently is in the gang */
 #define GS_GANG_IDLE_NS 1000000LL     /* ... and still launching (it will see a stop) if this */

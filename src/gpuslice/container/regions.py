@@ -26,7 +26,6 @@ import contextlib
 import ctypes
 import errno
 import os
-import re
 import shutil
 import stat
 import time
@@ -37,6 +36,7 @@ from pathlib import Path
 
 from gpuslice import files
 from gpuslice.container.edits import REGION_FILE
+from gpuslice.dialects import DNS_LABEL
 from gpuslice.errors import ShimError
 from gpuslice.shim import SLOTS_OFFSET, Region, RegionSpec
 
@@ -45,7 +45,6 @@ __all__ = ["BOARD_DIR", "GANGS_DIR", "ContainerRegion", "place", "prepare", "pre
 
 BOARD_DIR = "board"
 GANGS_DIR = "gangs"
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a namespace, a gang
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -116,7 +115,7 @@ def prepare_gang(root: str | Path, namespace: str, gang: str) -> Path:
     or file in the way is refused, never followed. Its mtime is set to now: the sweep
     (remove_gangs) counts its grace from the gang's last Allocate."""
     for part in (namespace, gang):
-        if not _DNS_LABEL.fullmatch(part):
+        if not DNS_LABEL.fullmatch(part):
             raise ValueError(f"gang {namespace}/{gang}: {part!r} is not a DNS label")
     d = Path(root)
     fd = _open_dir(d, 0o755)
