@@ -981,8 +981,9 @@ def pod_body(name: str, namespace: str, limits: dict[str, str], **extra: Any) ->
         {"name": "main", "image": "registry.invalid/cuda:never-pulled",
          "resources": {"limits": dict(limits)}}]
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if "labels" in extra:
-        meta["labels"] = extra.pop("labels")
+    for key in ("labels", "annotations"):
+        if key in extra:
+            meta[key] = extra.pop(key)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"containers": containers, "terminationGracePeriodSeconds": 0, **extra}}
 

@@ -13,7 +13,7 @@ import pytest
 from lightkube import ApiError
 from lightkube.resources.core_v1 import Event, Pod
 
-from gpuslice import codec, handoff
+from gpuslice import codec, dialects, handoff
 from gpuslice.kube.client import dict_view
 from gpuslice.node.verify import list_pod_resources
 from gpuslice.shim import Region
@@ -171,3 +171,29 @@ def test_an_app_container_on_another_gpu_than_its_init_container_is_admitted(tie
                                                                       4000 << 20)]
     time.sleep(2 * 2 + 0.5)  # two PodResources rounds: the reused ID is no mismatch
     assert real.metric(node.agent_metrics(), "gpuslice_allocate_mismatches_total") == 0
+
+
+def test_pods_of_one_gang_are_handed_one_directory_of_their_namespace(tier):
+    """gpuslice.io/gang on the real kubelet: each container under a compute limit of the gang's
+    pods gets GPUSLICE_GANG_DIR and `<stateDir>/gangs/<namespace>/<gang>` (1777) in the Allocate
+    answer the kubelet keeps; a pod without the annotation gets neither."""
+    client, ns, node = tier.client(), tier.namespace, tier.node
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "30"}
+    gang_of = {"gang-a": "train", "gang-b": "train", "alone": None}
+    for name, gang in gang_of.items():
+        ann = {dialects.GANG_ANNOTATION: gang} if gang else {}
+        client.create(dict_view(Pod)(real.pod_body(name, ns, limits, annotations=ann)))
+    pods = tier.wait_pods(list(gang_of))
+    checkpoint = {(e["pod_uid"], e["container"]): e for e in node.checkpoint()}
+    directory = node.state_dir / "gangs" / ns / "train"
+    for name, gang in gang_of.items():
+        entry = checkpoint[(pods[name]["metadata"]["uid"], "main")]
+        mounts = {m[0]: m for m in entry["mounts"]}
+        if gang:
+            assert entry["envs"]["GPUSLICE_GANG_DIR"] == "/var/run/gpuslice-gang", name
+            assert mounts["/var/run/gpuslice-gang"] == (
+                "/var/run/gpuslice-gang", str(directory), False), name
+        else:
+            assert "GPUSLICE_GANG_DIR" not in entry["envs"]
+            assert "/var/run/gpuslice-gang" not in mounts
+    assert directory.is_dir() and directory.stat().st_mode & 0o7777 == 0o1777
