@@ -3,7 +3,7 @@
 Owns: `Layout` (where the library, the regions, the board and the gang directories lie on the
 host and in the container), `container_edits` (the env and mounts for one region: the device
 plugin's Allocate answer, node/allocate.py, and the DRA path's CDI spec, dra/cdi.py, both come
-from here; only the former passes a gang directory), `gang_host_dir`, the region's file name.
+from here, each with the gang directory of the pods), `gang_host_dir`, the region's file name.
 Does not: decide limits (node/allocate.py from an assignment, container/limits.py from a
 claim's allocation) or touch files (container/regions.py).
 Invariant: both paths give a container the same env and mounts for the same limits.
@@ -29,7 +29,8 @@ class Layout:
     preload_host: str  # <state-dir>/lib/ld.so.preload (one line: library_container)
     regions_host: str  # <state-dir>/regions
     board_host: str  # <state-dir>/board: every container's, mounted at shim.AGENT_BOARD
-    # <state-dir>/gangs: <namespace>/<gang>/ mounted at shim.AGENT_GANG ("" none: DRA's)
+    # <state-dir>/gangs: <namespace>/<gang>/ mounted at shim.AGENT_GANG ("" none), one root for
+    # both paths, so pods of one gang on one node share a directory whichever path they take
     gangs_host: str = ""
     library_container: str = "/usr/local/gpuslice/lib/libgpuslice.so"
     region_container_dir: str = "/var/run/gpuslice"

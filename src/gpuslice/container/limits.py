@@ -1,8 +1,9 @@
 """PURE: the limits a DRA claim's containers get: its shares on this node, as one region.
 
-Owns: `Share` and `ClaimShares` (what dra/claims.py reads from a claim's allocation, what the
-checkpoint keeps, what the exporter and the watchdog label and check usage with) and
-`region_spec` (one region per claim: the limits the library enforces).
+Owns: `Share` and `ClaimShares` (what dra/claims.py reads from a claim's allocation, with the
+gang its pods name (dra/plugin.py), what the checkpoint keeps, what the exporter and the
+watchdog label and check usage with) and `region_spec` (one region per claim: the limits the
+library enforces).
 Does not: read allocations (dra/claims.py) or write regions (container/regions.py).
 Invariants: one cap per GPU (two shares of one claim on one GPU add up), sm_limit = the largest
 cores of its GPUs; the limits are exactly the shares' consumedCapacity.
@@ -42,6 +43,9 @@ class ClaimShares:
     shares: tuple[Share, ...]
     pods: tuple[tuple[str, str], ...]  # (name, uid) of the pods in status.reservedFor
     priority: int = 0  # HAMi's nvidia.com/priority (0 high, 1 low): the claim's opaque config
+    # the gpuslice.io/gang its pods name, read at the first prepare ("" none; a checkpoint entry
+    # written before gangs reached the DRA path has none)
+    gang: str = ""
 
     @property
     def key(self) -> str:

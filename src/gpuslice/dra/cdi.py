@@ -4,9 +4,10 @@ uses a claim.
 Owns: one spec per claim, `<cdiDir>/gpuslice.io-claim_<claim-uid>.json` (CDI 0.5.0, kind
 `gpuslice.io/claim`, one device named by the claim uid: CDI id `gpuslice.io/claim=<uid>`),
 whose containerEdits are the device plugin's env and mounts (container/edits.container_edits:
-library, ld.so.preload, the claim's region directory, the board, the limits as env) plus the
-device nodes of its GPUs and of the driver; writing it atomically (temporary file renamed into
-place: files.write_atomic, not durable: rebuilt at the next prepare) and removing it.
+library, ld.so.preload, the claim's region directory, the board, the limits as env, the gang
+directory of its pods) plus the device nodes of its GPUs and of the driver; writing it
+atomically (temporary file renamed into place: files.write_atomic, not durable: rebuilt at the
+next prepare) and removing it.
 Does not: decide limits (claims.py) or write regions (container/regions.py).
 Invariant: a reader (the runtime) sees the old spec, the new one or none, never half of one.
 Tests: tests/unit/dra/test_cdi.py
@@ -52,10 +53,11 @@ def device_id(claim_uid: str) -> str:
 
 
 def build(claim_uid: str, region: RegionSpec, minors: Iterable[int], region_dir: str,
-          layout: Layout) -> dict[str, Any]:
-    """The claim's CDI spec: the device plugin's env and mounts for this region, and the device
-    nodes of its GPUs (/dev/nvidia<minor>) and of the driver."""
-    envs, mounts = container_edits(region, region_dir, layout)
+          layout: Layout, *, gang_dir: str = "") -> dict[str, Any]:
+    """The claim's CDI spec: the device plugin's env and mounts for this region (and gang
+    directory `gang_dir`, "" none), and the device nodes of its GPUs (/dev/nvidia<minor>) and
+    of the driver."""
+    envs, mounts = container_edits(region, region_dir, layout, gang_dir=gang_dir)
     nodes = [f"/dev/nvidia{i}" for i in dict.fromkeys(minors)] + list(DRIVER_NODES)
     return {
         "cdiVersion": CDI_VERSION,

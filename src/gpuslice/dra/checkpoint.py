@@ -1,5 +1,6 @@
 """The DRA plugin's memory across restarts: `<state-dir>/dra/prepared.json`, the claims this node
-prepared (their shares, pods and when).
+prepared (their shares, pods, gang and when; an entry written before gangs has none, and an
+older agent ignores the field, so the version stays 1).
 
 Owns: loading, adding and dropping entries; every change rewrites the whole file atomically
 and durably (temporary file, fsync, rename, fsync of the folder), so a kill or a power loss at
@@ -8,7 +9,7 @@ Does not: decide what a claim gets (claims.py) or touch regions and CDI specs (p
 Failure: a file that does not decode (edited by hand, another version) is moved aside to
 `prepared.json.bad-<time>` with an error in the log and the plugin starts empty: the kubelet's
 next prepare of each claim rebuilds its entry from the API server (regions are kept).
-Tests: tests/unit/dra/test_plugin_prepare.py
+Tests: tests/unit/dra/test_plugin_prepare.py, test_plugin_gang.py
 """
 
 from __future__ import annotations

@@ -1,17 +1,24 @@
 """The kubelet DRA plugin (`k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`) as a grpc.aio servicer.
 Owns: NodePrepareResources (the claim from the API server, its uid checked -> its shares here
-(claims.py) -> its region `<state-dir>/dra/regions/<claim-uid>/region` (container/regions.place),
-CDI spec (cdi.py), checkpoint entry; one Device per share), NodeUnprepareResources (CDI spec,
+(claims.py) and, under a compute limit, the `gpuslice.io/gang` of its pods (status.reservedFor,
+each read from the API server, its uid checked) -> its region
+`<state-dir>/dra/regions/<claim-uid>/region` (container/regions.place), the gang's directory
+(regions.prepare_gang, under the layout's gangs root: the device plugin path's), CDI spec
+(cdi.py), checkpoint entry; one Device per share), NodeUnprepareResources (CDI spec,
 region directory and entry removed: paths follow from the uid, so a prepare killed half-way is
 undone too), `status.devices[]` (best effort, in the background), the claim's pods (read again
 at a repeated prepare and at the sweep), and the sweep of claims that no longer exist (asking
 the API server only about claims none of whose pods run on the node).
 Does not: serve sockets or register (kubelet.py), publish slices (publisher.py).
 Invariants: a prepare repeated (also after a restart: from the checkpoint, without the API
-server) gives the same answer and keeps a region whose limits match (its processes hold it).
+server) gives the same answer, gang included, and keeps a region whose limits match (its
+processes hold it). A gang becomes a path only as a DNS label (dialects.gang_of), below
+directories opened without following symlinks.
 Failure: per claim, in the response's `error` (the kubelet retries and shows it in the pod's
-events): what is wrong and what to do; one claim's failure never fails the others.
-Tests: tests/unit/dra/test_plugin_prepare.py, tests/integration/dra/test_plugin_with_kubelet.py
+events): what is wrong and what to do (also: pods of the claim that name different gangs, or a
+gang that is no DNS label); one claim's failure never fails the others.
+Tests: tests/unit/dra/test_plugin_prepare.py, test_plugin_gang.py,
+tests/integration/dra/test_plugin_with_kubelet.py
 """
 
 from __future__ import annotations
@@ -28,12 +35,14 @@ from typing import Any, Protocol
 
 import grpc
 from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus
 from lightkube.types import PatchType
 
+from gpuslice import dialects
 from gpuslice.container import regions
-from gpuslice.container.edits import REGION_FILE, Layout
-from gpuslice.container.limits import ClaimShares, region_spec
+from gpuslice.container.edits import REGION_FILE, Layout, gang_host_dir
+from gpuslice.container.limits import FULL_CORES, ClaimShares, region_spec
 from gpuslice.dra import cdi, claims
 from gpuslice.dra.checkpoint import Checkpoint
 from gpuslice.dra.claims import DraError, NodeDevice
@@ -53,13 +62,16 @@ class ClaimApi(Protocol):
 
     async def get(self, namespace: str, name: str) -> Mapping[str, Any]: ...
 
+    async def pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
+
     async def set_devices(self, namespace: str, name: str, uid: str,
                           change: Callable[[list[Any]], list[Any]]) -> None: ...
 
 
 class ApiClaims:
-    """ClaimApi over lightkube (RBAC: resourceclaims get; resourceclaims/status patch and, from
-    Kubernetes 1.36, resourceclaims/driver associated-node:patch for status.devices)."""
+    """ClaimApi over lightkube (RBAC: resourceclaims get; pods get, for their gang;
+    resourceclaims/status patch and, from Kubernetes 1.36, resourceclaims/driver
+    associated-node:patch for status.devices)."""
 
     def __init__(self, client: AsyncClient) -> None:
         self.client = client
@@ -68,6 +80,10 @@ class ApiClaims:
         with kerrors.translate(f"get resourceclaim {namespace}/{name}"):
             return dict(await self.client.get(dict_view(ResourceClaim), name,
                                               namespace=namespace))
+
+    async def pod(self, namespace: str, name: str) -> Mapping[str, Any]:
+        with kerrors.translate(f"get pod {namespace}/{name}"):
+            return dict(await self.client.get(dict_view(Pod), name, namespace=namespace))
 
     async def set_devices(self, namespace: str, name: str, uid: str,
                           change: Callable[[list[Any]], list[Any]]) -> None:
@@ -225,24 +241,72 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
                                    "again; delete the pod so that it uses the new claim")
                 c = claims.shares(claim, driver=self.driver, node=self.node,
                                   devices=self.devices())
+                # recorded with the claim: its pods may be gone or unreadable at the next prepare
+                c = dataclasses.replace(c, gang=await self._gang(c))
             self._materialise(c)
             self.checkpoint.put(c)
-        log.info("claim prepared", extra={"claim": c.key, "claim_uid": uid, "shares": [
-            f"{s.device}:{s.memory_mib}MiB/{s.cores}%" for s in c.shares]})
+        log.info("claim prepared", extra={"claim": c.key, "claim_uid": uid, "gang": c.gang,
+                                          "shares": [f"{s.device}:{s.memory_mib}MiB/{s.cores}%"
+                                                     for s in c.shares]})
         # prepared before: the kubelet asks again for another pod of the claim (or after a
         # restart), so its pods may have changed; its shares cannot (the allocation is fixed)
         self._report_later(c, refresh_pods=entry is not None)
         return c
 
+    async def _gang(self, c: ClaimShares) -> str:
+        """The `gpuslice.io/gang` the claim's pods name ("" none), read only where its containers
+        get gang holds (a compute limit) and the layout has a gangs root. A pod that is gone, or
+        whose name another pod holds now (its uid), uses the claim no more. DraError when a pod
+        names no DNS label, or the pods name different gangs (they share one CDI spec)."""
+        if not self.layout.gangs_host or not 0 < region_spec(c).sm_limit < FULL_CORES:
+            return ""
+        read = await asyncio.gather(*(self._pod(c, name, uid) for name, uid in c.pods))
+        named: dict[str, str] = {}  # pod name -> its gang ("" none)
+        for (name, _), pod in zip(c.pods, read, strict=True):
+            if pod is None:
+                continue
+            if problems := dialects.gang_problems(pod):  # never a path, nor read as none
+                raise DraError(f"claim {c.key}: pod {name}: {problems[0].removeprefix('pod: ')}"
+                               ", then create the pod again")
+            named[name] = dialects.gang_of(pod)
+        if len(set(named.values())) > 1:
+            said = ", ".join(f"{n}: {g or 'none'}" for n, g in named.items())
+            raise DraError(f"claim {c.key}: its pods name different {dialects.GANG_ANNOTATION} "
+                           f"({said}); pods sharing a ResourceClaim must name the same "
+                           f"{dialects.GANG_ANNOTATION} (or none), since they share its CDI spec "
+                           "and so one gang directory: give them the same value, or each pod a "
+                           "claim of its own")
+        return next(iter(named.values()), "")
+
+    async def _pod(self, c: ClaimShares, name: str, uid: str) -> Mapping[str, Any] | None:
+        """Pod `name` of the claim's namespace if it is still the one reserved (uid); None if it
+        is gone or another pod has its name now."""
+        try:
+            pod = await self.api.pod(c.namespace, name)
+        except kerrors.NotFound:
+            return None
+        except kerrors.APIError as exc:
+            raise DraError(f"claim {c.key}: cannot read its pod {c.namespace}/{name} from the API "
+                           f"server for its {dialects.GANG_ANNOTATION} ({exc}); the kubelet "
+                           "retries; check the node agent's API access (RBAC: pods get)") from None
+        return pod if (pod.get("metadata") or {}).get("uid") == uid else None
+
     def _materialise(self, c: ClaimShares) -> None:
         spec = region_spec(c, compute_mode=self.layout.compute_mode)
+        gang_dir = gang_host_dir(self.layout, c.namespace, c.gang)
+        if gang_dir:  # the directory the spec mounts: there before a container starts
+            try:
+                regions.prepare_gang(self.layout.gangs_host, c.namespace, c.gang)
+            except (OSError, ValueError) as exc:
+                raise DraError(f"claim {c.key}: the directory of {dialects.GANG_ANNOTATION} "
+                               f"{c.gang}: {exc}") from None
         d = regions.prepare(self.root, c.uid)
         how = regions.place(d / REGION_FILE, spec)
         if how == "replaced":
             log.warning("the claim's region did not hold its limits; replaced",
                         extra={"claim": c.key})
         cdi.write(self.cdi_dir, c.uid, cdi.build(c.uid, spec, [s.minor for s in c.shares],
-                                                 str(d), self.layout))
+                                                 str(d), self.layout, gang_dir=gang_dir))
 
     async def unprepare(self, uid: str) -> None:
         """Remove what prepare made for `uid`; a claim never prepared here is fine."""
@@ -261,6 +325,12 @@ class DraPlugin(pb_grpc.DRAPluginServicer):
     def prepared(self) -> dict[str, ClaimShares]:
         """uid -> shares of every claim prepared on this node (exporter, watchdog)."""
         return {uid: e.claim for uid, e in self.checkpoint.entries.items()}
+
+    def gangs(self) -> set[tuple[str, str]]:
+        """(namespace, gang) of every prepared claim with a gang: directories their CDI specs
+        mount, which the watchdog's sweep keeps (a pod that uses a claim the kubelet had
+        prepared before names its own gang, or none, and still gets the claim's)."""
+        return {(c.namespace, c.gang) for c in self.prepared().values() if c.gang}
 
     # ---- status.devices and the claim's pods
     def _report_later(self, c: ClaimShares, *, refresh_pods: bool) -> None:

@@ -8,7 +8,8 @@ installing the library into `<state-dir>/lib` (with the ld.so.preload that loads
 Allocate path (answer from the pod store, listed again before a pod's first answer and on a
 miss; an ambiguous call is refused with an AllocateAmbiguous event on each pod concerned; then
 write the container's region with its limits, regions.place, and create its pod's gang
-directory, regions.prepare_gang), and SIGTERM/SIGINT handling.
+directory, regions.prepare_gang; gang directories of live pods and of prepared DRA claims kept
+by the watchdog's sweep), and SIGTERM/SIGINT handling.
 Does not: hold any logic of its own beyond wiring; each decision lives in its module.
 Invariants: the kubelet is served whatever the API server does; a stop closes the plugin
 sockets, flushes events and leaves regions, DRA claims and the ResourceSlice in place
@@ -388,8 +389,11 @@ class Agent:
         live = {str(p["metadata"].get("uid")) for p in self.cluster.pods()}
         for uid in self.watchdog.sweep(live):
             log.info("removed regions of a pod that no longer exists", extra={"pod_uid": uid})
-        for gang in self.watchdog.sweep_gangs(alloc.live_gangs(self.cluster.pods(),
-                                                               self.cfg.node_name)):
+        # a DRA pod names its gang like any pod; a prepared claim's CDI spec mounts its gang's
+        # directory for as long as it is prepared, whichever pods use it now
+        gangs = alloc.live_gangs(self.cluster.pods(), self.cfg.node_name) | \
+            (self.dra.gangs() if self.dra else set())
+        for gang in self.watchdog.sweep_gangs(gangs):
             log.info("removed the directory of a gang no pod on this node names",
                      extra={"gang": gang})
 

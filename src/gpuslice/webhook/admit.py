@@ -325,11 +325,8 @@ def _on_dra(pod: Mapping[str, Any], parsed: model.PodRequest,
             inventory: dra.Inventory | None, options: dra.DraOptions) -> Decision:
     """The pod as DRA claims (dra.translate)."""
     t = dra.translate(pod, parsed, inventory, options)
-    gang = dialects.gang_of(pod)  # the DRA driver sees claims, never the pod's annotations
-    warnings = (f"{dialects.GANG_ANNOTATION}={gang}: not applied on the DRA path "
-                "(docs/dra.md)",) if gang else ()
     return Decision(result=Result.PATCHED, why="GPU pod on the DRA path", patch=t.patch,
-                    templates=t.templates, warnings=warnings)
+                    templates=t.templates)
 
 
 def _resource_ops(key: str, i: int, c: Mapping[str, Any],

@@ -2,7 +2,8 @@
 the kubelet emulator (tests/kubelet/dra.py), claims allocated as kube-scheduler leaves them on
 the test API server, prepared and unprepared over gRPC: CDI spec, region, status.devices;
 idempotent across an agent restart while the API server is away; sockets re-served after a
-kubelet wipes them; a claim on a GPU the node does not have is a clear per-claim error."""
+kubelet wipes them; a claim on a GPU the node does not have is a clear per-claim error; the
+gang directory of the claim's pods (`gpuslice.io/gang`), kept while a pod or claim needs it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import asyncio
 import contextlib
 import json
 import os
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,8 +74,10 @@ async def dra_node(kube_api: Any, base: Path | None = None) -> AsyncIterator[Dra
         await kubelet.stop()
 
 
-async def allocated(raw: Any, name: str, *results: dict[str, Any]) -> dict[str, Any]:
-    """A claim created, then allocated on NODE and reserved for a pod, as the scheduler does."""
+async def allocated(raw: Any, name: str, *results: dict[str, Any],
+                    pods: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+    """A claim created, then allocated on NODE and reserved for its pods ((name, uid); none: a
+    pod that does not exist), as the scheduler does."""
     code, obj = await raw.call("POST", CLAIMS, {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": "default"},
@@ -83,10 +87,25 @@ async def allocated(raw: Any, name: str, *results: dict[str, Any]) -> dict[str, 
     assert code == 201, obj
     obj["status"] = {"allocation": {"devices": {"results": [
         {"driver": DRIVER, "pool": NODE, "request": "gpu", **r} for r in results]}},
-        "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": str(uuid.uuid4())}]}
+        "reservedFor": [{"resource": "pods", "name": n, "uid": u}
+                        for n, u in pods or [(f"{name}-pod", str(uuid.uuid4()))]]}
     code, obj = await raw.call("PUT", f"{CLAIMS}/{name}/status", obj)
     assert code == 200, obj
     return obj
+
+
+async def pod_of(raw: Any, name: str, claim: str, gang: str) -> tuple[str, str]:
+    """A pod on NODE that uses claim `claim` and names `gang`; its (name, uid)."""
+    code, obj = await raw.call("POST", "/api/v1/namespaces/default/pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default",
+                     "annotations": {"gpuslice.io/gang": gang}},
+        "spec": {"nodeName": NODE,
+                 "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+                 "containers": [{"name": "main", "image": "registry.invalid/app",
+                                 "resources": {"claims": [{"name": "gpu"}]}}]}})
+    assert code == 201, obj
+    return name, obj["metadata"]["uid"]
 
 
 def share(device: str, memory: str = "4Gi", cores: str = "30") -> dict[str, Any]:
@@ -140,6 +159,63 @@ async def test_a_share_is_prepared_with_its_consumed_capacity_and_unprepared(kub
         assert not region_dir.exists()
         assert not cdi.path(n.base / "cdi", uid).exists()
         assert n.agent.dra is not None and n.agent.dra.prepared() == {}
+
+
+async def test_pods_of_one_gang_get_its_directory_which_stays_while_a_pod_or_claim_needs_it(
+        kube_api, raw):
+    """Two pods of gang `train`, a claim each: both CDI specs mount `<stateDir>/gangs/default/
+    train`, the node agent's one gangs root for both paths. The watchdog keeps it while a pod
+    of the node names the gang and while a claim that mounts it is prepared, then removes it."""
+    async with dra_node(kube_api) as n:
+        assert n.agent.dra is not None
+        claims = []
+        for i in range(2):
+            who = await pod_of(raw, f"worker-{i}", f"w{i}", "train")
+            claims.append(await allocated(raw, f"w{i}", share(f"gpu-{i}"), pods=[who]))
+        gang = n.base / "state/gangs/default/train"
+        assert str(gang) == f"{n.agent.layout.gangs_host}/default/train"
+        for c in claims:
+            uid = c["metadata"]["uid"]
+            assert (await n.kubelet.prepare(DRIVER, c))[uid].error == ""
+            edits = json.loads(cdi.path(n.base / "cdi", uid).read_text())["devices"][0][
+                "containerEdits"]
+            assert "GPUSLICE_GANG_DIR=/var/run/gpuslice-gang" in edits["env"]
+            assert {"containerPath": "/var/run/gpuslice-gang", "hostPath": str(gang),
+                    "options": ["rw", "nosuid", "nodev", "rbind"]} in edits["mounts"]
+        assert gang.is_dir() and (gang.stat().st_mode & 0o7777) == 0o1777
+        old = time.time() - 3600
+        os.utime(gang, (old, old))  # past watchdog.regionGraceSeconds
+        await n.agent._watchdog_once()
+        assert gang.is_dir(), "its pods run"
+        for i in range(2):
+            assert (await raw.call("DELETE", f"/api/v1/namespaces/default/pods/worker-{i}"))[
+                0] == 200
+        # being deleted (no kubelet here confirms it) counts as gone, as ended pods do
+        await wait_for(lambda: not any(
+            p["metadata"]["name"].startswith("worker-") and
+            not p["metadata"].get("deletionTimestamp") for p in n.agent.cluster.pods()),
+            "the pods deleted")
+        await n.agent._watchdog_once()
+        assert gang.is_dir(), "the claims that mount it are prepared"
+        for c in claims:
+            assert (await n.kubelet.unprepare(DRIVER, c))[c["metadata"]["uid"]].error == ""
+        await n.agent._watchdog_once()
+        assert not gang.exists() and not gang.parent.exists()
+
+
+async def test_pods_of_a_shared_claim_that_name_different_gangs_are_refused_with_the_rule(
+        kube_api, raw):
+    async with dra_node(kube_api) as n:
+        pods = [await pod_of(raw, "a", "mixed", "train"), await pod_of(raw, "b", "mixed", "eval")]
+        claim = await allocated(raw, "mixed", share("gpu-0"), pods=pods)
+        uid = claim["metadata"]["uid"]
+        got = (await n.kubelet.prepare(DRIVER, claim))[uid]
+        assert not got.devices
+        assert "claim default/mixed: its pods name different gpuslice.io/gang (a: train, b: " \
+               "eval); pods sharing a ResourceClaim must name the same gpuslice.io/gang" in \
+               got.error
+        assert not cdi.path(n.base / "cdi", uid).exists()
+        assert not (n.base / "state/gangs").exists()
 
 
 async def test_an_exclusive_device_gets_the_whole_gpu_without_a_compute_limit(kube_api, raw):

@@ -45,14 +45,24 @@ def test_the_spec_gives_the_claim_the_device_plugins_env_and_mounts_and_its_devi
         "/dev/nvidia-uvm-tools"]
 
 
-def test_a_claim_is_never_handed_a_gang_directory():
-    """Prepare sees the claim, not its pods' gpuslice.io/gang (docs/dra.md): the agent's layout
-    knows where gangs lie, yet the spec names none."""
+def test_a_claim_is_handed_its_pods_gang_directory_as_a_container_is():
+    """The plugin passes the gang of the claim's pods (dra/plugin.py); the spec mounts it with
+    the device plugin path's env, and only under a compute limit."""
     layout = Layout(**{**LAYOUT.__dict__, "gangs_host": "/s/gangs"})
-    edits = cdi.build(UID, REGION, [0], "/r", layout)["devices"][0]["containerEdits"]
-    assert not [e for e in edits["env"] if e.startswith("GPUSLICE_GANG_DIR=")]
-    assert not [m for m in edits["mounts"] if m["hostPath"].startswith("/s/gangs")]
-    assert edits == cdi.build(UID, REGION, [0], "/r", LAYOUT)["devices"][0]["containerEdits"]
+    edits = cdi.build(UID, REGION, [0], "/r", layout,
+                      gang_dir="/s/gangs/team/job")["devices"][0]["containerEdits"]
+    assert "GPUSLICE_GANG_DIR=/var/run/gpuslice-gang" in edits["env"]
+    assert {"containerPath": "/var/run/gpuslice-gang", "hostPath": "/s/gangs/team/job",
+            "options": ["rw", "nosuid", "nodev", "rbind"]} in edits["mounts"]
+    want_env, want_mounts = container_edits(REGION, "/r", layout, gang_dir="/s/gangs/team/job")
+    assert dict(e.split("=", 1) for e in edits["env"]) == want_env
+    assert [m["hostPath"] for m in edits["mounts"]] == [m.host_path for m in want_mounts]
+    plain = cdi.build(UID, REGION, [0], "/r", layout)["devices"][0]["containerEdits"]
+    assert plain == cdi.build(UID, REGION, [0], "/r", LAYOUT)["devices"][0]["containerEdits"], \
+        "no gang: the spec of before"
+    unlimited = RegionSpec(device_uuids=(U0,), limits=(4096 << 20,), sm_limit=0)
+    assert cdi.build(UID, unlimited, [0], "/r", layout, gang_dir="/s/gangs/team/job") == \
+        cdi.build(UID, unlimited, [0], "/r", layout), "no compute limit: no gang holds"
 
 
 def test_the_spec_is_written_under_the_contracts_name_and_removed(tmp_path):

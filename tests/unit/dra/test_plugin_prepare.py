@@ -46,22 +46,33 @@ GONE = claim("gone", "c3", {"device": "gpu-7", "shareID": SHARE,
 
 
 class Claims:
-    """ClaimApi in memory: get by name, status.devices by change(); `down` = API server away."""
+    """ClaimApi in memory: get by name, status.devices by change(), pods by name (`pods`);
+    `down` = API server away."""
 
     def __init__(self, *objs: dict[str, Any]) -> None:
         self.objs = {(o["metadata"]["namespace"], o["metadata"]["name"]): copy.deepcopy(o)
                      for o in objs}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.down = False
         self.gets = 0
+        self.pod_gets = 0
 
-    async def get(self, namespace: str, name: str) -> dict[str, Any]:
-        self.gets += 1
+    def _read(self, kind: str, store: dict[tuple[str, str], dict[str, Any]], namespace: str,
+              name: str) -> dict[str, Any]:
         if self.down:
             raise kerrors.Unavailable("no answer")
         try:
-            return copy.deepcopy(self.objs[(namespace, name)])
+            return copy.deepcopy(store[(namespace, name)])
         except KeyError:
-            raise kerrors.NotFound(f"resourceclaim {namespace}/{name} not found") from None
+            raise kerrors.NotFound(f"{kind} {namespace}/{name} not found") from None
+
+    async def get(self, namespace: str, name: str) -> dict[str, Any]:
+        self.gets += 1
+        return self._read("resourceclaim", self.objs, namespace, name)
+
+    async def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        self.pod_gets += 1
+        return self._read("pod", self.pods, namespace, name)
 
     async def set_devices(self, namespace, name, uid, change) -> None:
         obj = self.objs[(namespace, name)]

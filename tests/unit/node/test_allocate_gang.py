@@ -122,3 +122,18 @@ def test_live_gangs_are_those_of_pods_on_this_node_not_ended_and_not_being_delet
     plain = ganged("plain", None)
     assert live_gangs([running, other_ns, done, deleting, elsewhere, bad, plain], NODE) == {
         ("team", "job"), ("lab", "job")}
+
+
+def test_live_gangs_count_pods_on_the_dra_path_too():
+    """A DRA pod (claims, no assignment, no managed label) keeps its gang's directory as any pod
+    of the node that names it does; the agent adds the gangs of prepared claims
+    (dra/plugin.DraPlugin.gangs, tests/unit/dra/test_plugin_gang.py)."""
+    dra = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "w0", "namespace": "team", "uid": "u-w0",
+                        "annotations": {"gpuslice.io/gang": "job"}},
+           "spec": {"nodeName": NODE, "resourceClaims": [{"name": "gpu",
+                                                         "resourceClaimName": "w0-gpu"}],
+                    "containers": [{"name": "main", "resources": {"claims": [{"name": "gpu"}]}}]},
+           "status": {"phase": "Running"}}
+    pending = {**dra, "status": {}}
+    assert live_gangs([dra], NODE) == live_gangs([pending], NODE) == {("team", "job")}

@@ -1,6 +1,6 @@
 """`gpuslice.io/gang` at admission: a tenant's annotation (any pod may carry it), refused on a GPU
-pod when it cannot name a directory, left as written, and a warning where it is not applied
-(the DRA path). The node agent's side: tests/unit/node/test_allocate_gang.py."""
+pod when it cannot name a directory, left as written on both paths. The node agent's side:
+tests/unit/node/test_allocate_gang.py, tests/unit/dra/test_plugin_gang.py."""
 
 from __future__ import annotations
 
@@ -63,12 +63,14 @@ def test_a_bad_gang_is_listed_with_the_pods_other_problems():
     assert any(line.startswith(f"pod: annotation {GANG}=Bad:") for line in lines)
 
 
-def test_a_gang_on_the_dra_path_is_admitted_with_a_warning_that_it_is_not_applied():
+def test_a_gang_on_the_dra_path_is_admitted_as_written_without_a_warning():
+    """The DRA driver reads the gang of a claim's pods at prepare (docs/dra.md)."""
     options = Options(dra=dra.DraOptions(enabled=True, default_path="dra"))
     inventory = dra.Inventory(served=True, slices=3, sharing=True, memory_mib=(81920,))
-    decision = decide(gpu_pod(GPU, annotations={GANG: "train"}), options,
-                      dra_inventory=inventory)
+    pod = gpu_pod(GPU, annotations={GANG: "train"})
+    decision = decide(pod, options, dra_inventory=inventory)
     assert decision.result is Result.PATCHED, decision.message
-    assert decision.warnings == (f"{GANG}=train: not applied on the DRA path (docs/dra.md)",)
-    assert all(len(w) <= 120 for w in decision.warnings)
-    assert decide(gpu_pod(GPU), options, dra_inventory=inventory).warnings == ()
+    assert decision.warnings == ()
+    assert not [op for op in decision.patch
+                if op["path"] in ("/metadata", "/metadata/annotations") or "gang" in op["path"]], \
+        "left as written: the DRA driver reads the tenant's own annotation"
