@@ -27,7 +27,12 @@ from gpuslice.scheduler.bind import Binder
 from gpuslice.scheduler.filter import Evaluator, Verdict, filter_reply, unfit_message
 from gpuslice.scheduler.metrics import Metrics
 from gpuslice.scheduler.preempt import preempt_reply
-from gpuslice.scheduler.prioritize import best_node, has_own_preferences, prioritize_reply
+from gpuslice.scheduler.prioritize import (
+    best_node,
+    gang_nodes,
+    has_own_preferences,
+    prioritize_reply,
+)
 
 __all__ = ["NOT_LEADER", "make_app"]
 
@@ -96,7 +101,8 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
         elif choose_node and len(reply.NodeNames or ()) > 1 \
                 and not has_own_preferences(args.Pod):  # one node: kube-scheduler scores none
             reply = wire.FilterResult(
-                NodeNames=[best_node(ev, verdict, reply.NodeNames)],  # type: ignore[arg-type]
+                NodeNames=[best_node(ev, verdict, reply.NodeNames,  # type: ignore[arg-type]
+                                     gang_nodes(ev, args.Pod))],
                 FailedNodes=reply.FailedNodes,
                 FailedAndUnresolvableNodes=reply.FailedAndUnresolvableNodes)
         elif not reply.NodeNames and names:  # (full Nodes come from simulations: no event)
@@ -113,8 +119,8 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
     async def prioritize(request: web.Request) -> web.Response:
         t0 = time.perf_counter()
         try:
-            _, verdict, names = await evaluate(request, as_filtered=True)
-            reply = prioritize_reply(ev, verdict, names)
+            args, verdict, names = await evaluate(request, as_filtered=True)
+            reply = prioritize_reply(ev, verdict, names, gang_nodes(ev, args.Pod))
         except wire.WireError as exc:
             return web.Response(status=400, text=f"{exc}\n")
         except _Starting as exc:

@@ -12,7 +12,8 @@ and, if still unbound, the GPUs chosen afresh; a request without an answer is se
 was, and a Binding that did land is recognised by its nodeName and bound-at. When binding fails
 for good the hold is dropped; nothing on the API needs undoing.
 Failure: returns the error text for the reply's `Error` (kube-scheduler retries the pod) and
-posts a Warning event `BindFailed` on the pod; never raises for API or pod problems.
+posts a Warning event `BindFailed` on the pod; never raises for API or pod problems. A pod bound
+away from the rest of its `gpuslice.io/gang` gets a Warning event `GangSplit`.
 RBAC: get pods; create pods/binding; create, patch events.
 Tests: tests/integration/scheduler/test_bind_conflict_retries.py (a lost answer, 409s, 5xx)
 """
@@ -30,7 +31,7 @@ import msgspec
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
-from gpuslice import codec, handoff
+from gpuslice import codec, dialects, handoff
 from gpuslice.allocator import AllocationError
 from gpuslice.errors import RequestError
 from gpuslice.kube import errors
@@ -73,6 +74,7 @@ class Binder:
             except BaseException:
                 self.state.forget(key)  # what is bound shows in the watch and is held then
                 raise
+            self._split_gang(pod, args.Node)
         except (BindFailed, errors.APIError, RequestError) as exc:
             message = f"bind {key} to {args.Node}: {exc}"
             log.warning("%s", message, extra={"pod": key, "node": args.Node})
@@ -82,6 +84,20 @@ class Binder:
             return message
         log.debug("bound", extra={"pod": key, "node": args.Node})
         return ""
+
+    def _split_gang(self, pod: Mapping[str, Any], node: str) -> None:
+        """A Warning event `GangSplit` when the pod's gang has pods on other nodes too (the
+        filter keeps a gang together where it fits): compute budgets couple only on a node."""
+        gang = dialects.gang_of(pod)
+        namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+        others = sorted(set(self.state.gang_nodes(namespace, gang)) - {node}) if gang else []
+        if others and self.recorder is not None:
+            self.recorder.emit({"apiVersion": "v1", "kind": "Pod", **pod}, "Warning", "GangSplit",
+                               f"{dialects.GANG_ANNOTATION} {gang} has pods on node "
+                               f"{', '.join(others)} too, and none of those could take this "
+                               f"one: the compute limits of a gang's pods hold them together only "
+                               f"on one node, so its ranks may wait on each other "
+                               f"(docs/compute.md); make room on one node for the whole gang")
 
     # -- steps ---------------------------------------------------------------------------
     async def _bind_placed(self, key: str, args: wire.BindingArgs,

@@ -7,22 +7,37 @@ filter answers alone (chooseNodeInFilter) for pods without scheduling preference
 Does not: decide fit (filter.py's Evaluator, whose result for the same pod version is reused
 for up to 2 s, even when other pods were placed in between: the scores are what the filter saw,
 and bind checks the chosen node again) or choose GPUs (bind.py).
-Invariants: scores are the allocator's (ClusterState.prioritize, or the same scores kept with the
-filter's result: the node policy applied to how full the node will be with the pod), so
-prioritize and `gpuslice simulate` agree.
+Also: a pod that names a `gpuslice.io/gang` goes where its gang's pods are held when one of
+those nodes fits (`gang_nodes`; in prioritize they score the maximum): the in-container library
+couples the compute budgets of a gang's pods only on one node (docs/compute.md "Ranks of one
+job"), so ranks on two nodes could stall each other under a compute limit.
+Invariants: scores are otherwise the allocator's (ClusterState.prioritize, or the same scores
+kept with the filter's result: the node policy applied to how full the node will be with the
+pod), so prioritize and `gpuslice simulate` agree for pods without a gang.
 Tests: tests/unit/scheduler/test_filter.py, test_app.py, test_kept_answers_properties.py
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from itertools import repeat
 from typing import Any
 
+from gpuslice import dialects
 from gpuslice.scheduler import wire
 from gpuslice.scheduler.filter import Evaluator, Verdict
 
-__all__ = ["best_node", "has_own_preferences", "prioritize_reply"]
+__all__ = ["best_node", "gang_nodes", "has_own_preferences", "prioritize_reply"]
+
+_MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
+
+
+def gang_nodes(ev: Evaluator, pod: Mapping[str, Any]) -> Collection[str]:
+    """The nodes holding pods of the pod's gang (none without one)."""
+    gang = dialects.gang_of(pod)
+    if not gang:
+        return ()
+    return ev.state.gang_nodes((pod.get("metadata") or {}).get("namespace") or "default", gang)
 
 
 def _scores(ev: Evaluator, v: Verdict, names: list[str]) -> Mapping[str, int]:
@@ -39,16 +54,22 @@ def _scores(ev: Evaluator, v: Verdict, names: list[str]) -> Mapping[str, int]:
     return scores
 
 
-def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str]) -> list[wire.HostPriority]:
+def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str],
+                     together: Collection[str] = ()) -> list[wire.HostPriority]:
+    """`together`: gang_nodes of the pod; those that fit score the maximum."""
     scores = _scores(ev, v, names)
+    if together:
+        scores = {**scores, **{n: _MAX_SCORE for n in together if n in scores}}
     return list(map(wire.HostPriority, names, map(scores.get, names, repeat(0))))
 
 
-def best_node(ev: Evaluator, v: Verdict, fitting: list[str]) -> str:
-    """The fitting node prioritize would score highest; the first in `fitting` among equals
-    (kube-scheduler offers nodes from a rotating start, so equals are not always the same)."""
+def best_node(ev: Evaluator, v: Verdict, fitting: list[str],
+              together: Collection[str] = ()) -> str:
+    """The fitting node prioritize would score highest, among the `together` ones (gang_nodes)
+    where any fits; the first in `fitting` among equals (kube-scheduler offers nodes from a
+    rotating start, so equals are not always the same)."""
     scores = _scores(ev, v, fitting)
-    return max(fitting, key=lambda n: scores.get(n, 0))
+    return max([n for n in fitting if n in together] or fitting, key=lambda n: scores.get(n, 0))
 
 
 def has_own_preferences(pod: Mapping[str, Any]) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from operator import attrgetter
 from typing import Any
 
@@ -142,6 +142,9 @@ class ExtenderState:
         # node -> (oldest bound_at, unstarted_by_first): dropped when a pod there changes
         self._unstarted: dict[str, tuple[float, dict[tuple[str, int], list[handoff.Flight]]]] = {}
         self._requests: dict[str, tuple[handoff.DeviceRequest, ...]] = {}  # uid -> (immutable)
+        # (namespace, gpuslice.io/gang) -> node -> pods of it held there; key -> its gang then
+        self._gangs: dict[tuple[str, str], dict[str, int]] = {}
+        self._held_gang: dict[str, tuple[str, str]] = {}
 
     # -- events --------------------------------------------------------------------------
     def on_node(self, kind: str, node: Mapping[str, Any]) -> None:
@@ -195,11 +198,12 @@ class ExtenderState:
         """Hold `assignment` for a pod being bound, before the watch shows it (bind.py).
         Raises AllocationError, changing nothing, when it no longer fits."""
         old = self._unhold(key)
+        gang = flight.gang if flight is not None else None
         try:
-            self._hold(key, assignment)
+            self._hold(key, assignment, gang)
         except AllocationError:
             if old is not None:
-                self._hold(key, old)
+                self._hold(key, old, gang)
             raise
         self._assumed[key] = _Assumed(uid, assignment, flight, self.clock())
         if flight is not None:
@@ -237,6 +241,10 @@ class ExtenderState:
             if a is not None:
                 out[k] = a
         return out
+
+    def gang_nodes(self, namespace: str, gang: str) -> Collection[str]:
+        """The nodes that hold pods of `gang` of `namespace` (bound or being bound)."""
+        return self._gangs.get((namespace, gang), {}).keys()
 
     def flights(self, node: str) -> list[handoff.Flight]:
         """Pods in flight on `node` now (bound, or being bound, and not yet allocated). A pod
@@ -405,6 +413,7 @@ class ExtenderState:
             held = self._held.pop(key, None)
             if held is not None:
                 self._held_on[held.node].discard(key)
+                self._ungang(key, held.node)
                 self._wait(key, held.node)
         self.generation += 1
 
@@ -413,17 +422,37 @@ class ExtenderState:
             if key in self._waiting.get(node, ()):
                 self._apply(key)
 
-    def _hold(self, key: str, a: PodAssignment) -> None:
+    def _hold(self, key: str, a: PodAssignment, gang: str | None = None) -> None:
+        """Hold `a` for pod `key`, counted for its gang (`gang`; None: the pod's, as seen)."""
         self.cluster.assign(key, a)  # AllocationError: nothing changed
         self._held[key] = a
         self._held_on.setdefault(a.node, set()).add(key)
+        if gang is None:
+            assumed = self._assumed.get(key)
+            gang = assumed.flight.gang if assumed is not None and assumed.flight is not None \
+                else dialects.gang_of(self._pods.get(key))
+        if gang:
+            g = self._held_gang[key] = (key.split("/", 1)[0], gang)
+            on = self._gangs.setdefault(g, {})
+            on[a.node] = on.get(a.node, 0) + 1
 
     def _unhold(self, key: str) -> PodAssignment | None:
         a = self._held.pop(key, None)
         if a is not None:
             self.cluster.release(key)
             self._held_on[a.node].discard(key)
+            self._ungang(key, a.node)
         return a
+
+    def _ungang(self, key: str, node: str) -> None:
+        g = self._held_gang.pop(key, None)
+        if g is not None:
+            on = self._gangs[g]
+            on[node] -= 1
+            if not on[node]:
+                del on[node]
+                if not on:
+                    del self._gangs[g]
 
     def _wait(self, key: str, node: str) -> None:
         self._waiting.setdefault(node, set()).add(key)

@@ -1,0 +1,43 @@
+"""Pods of one gpuslice.io/gang through the running extender on an API server: the second rank
+is filtered onto the first's node over the policy's choice, and a rank bound to another node
+gets a GangSplit Warning event (its compute limit couples with the others' only on one node)."""
+
+from __future__ import annotations
+
+from lightkube.resources.core_v1 import Event
+from sched_helpers import Running, create, node_obj, pod_obj, wait_for
+
+from gpuslice import dialects
+from gpuslice.kube.client import dict_view
+
+
+def rank(name: str, gang: str = "train") -> dict:
+    p = pod_obj(name)
+    p["metadata"]["annotations"] = {dialects.GANG_ANNOTATION: gang}
+    return p
+
+
+async def test_a_gang_is_placed_together_and_a_split_is_said(kube_api):
+    client = kube_api.async_client()
+    for name in ("gpu-1", "gpu-2", "gpu-3"):
+        await create(client, node_obj(name))
+    async with Running(kube_api) as ext:
+        for name in ("rank-0", "rank-1", "rank-2", "fill"):
+            await create(client, rank(name) if name != "fill" else pod_obj(name, mem=8192))
+        await wait_for(lambda: ext.ext.state.pod("default/fill") is not None, "the pods in cache")
+        assert await ext.bind("fill", "gpu-2") == ""  # binpack's choice from now on
+        assert await ext.bind("rank-0", "gpu-3") == ""
+        got = await ext.filter("rank-1", ["gpu-1", "gpu-2", "gpu-3"])
+        assert got["NodeNames"] == ["gpu-3"], "the gang's node, not the fuller gpu-2"
+        assert await ext.bind("rank-1", "gpu-3") == ""
+        assert await ext.bind("rank-2", "gpu-1") == "", "a split is allowed, never refused"
+
+        async def reasons() -> dict[str, str]:
+            events = [e async for e in client.list(dict_view(Event), namespace="default")]
+            return {e["involvedObject"]["name"]: e["message"] for e in events
+                    if e["reason"] == "GangSplit"}
+
+        await wait_for(lambda: reasons(), "the GangSplit event")
+        said = await reasons()
+        assert set(said) == {"rank-2"}, "only the rank bound away from its gang"
+        assert "gpu-3" in said["rank-2"] and "gpuslice.io/gang train" in said["rank-2"]

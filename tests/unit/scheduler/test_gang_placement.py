@@ -1,0 +1,97 @@
+"""Pods of one gpuslice.io/gang go where the gang is: ExtenderState counts a gang's pods per node
+(from the watch and from bind's assumptions), the filter chooses a gang node that fits over the
+policy's choice, prioritize scores gang nodes the maximum, and nothing else is attracted."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from gpuslice import codec, dialects, handoff
+from gpuslice.allocator import parse_policy
+from gpuslice.scheduler.app import make_app
+from gpuslice.scheduler.filter import Evaluator
+from gpuslice.scheduler.metrics import Metrics
+from gpuslice.scheduler.state import ExtenderState
+
+from .objects import Clock, assigned, node, pod
+from .test_app import _NoBinder, post
+
+GANG = {dialects.GANG_ANNOTATION: "train"}
+NAMES = ["node-a", "node-b", "node-c"]
+
+
+def state_with(*pods: dict) -> ExtenderState:
+    s = ExtenderState(timeout_s=30, clock=Clock())
+    for name in NAMES:
+        s.on_node("ADDED", node(name))
+    for p in pods:
+        s.on_pod("ADDED", p)
+    return s
+
+
+def test_the_state_counts_a_gangs_pods_per_node_until_they_end():
+    a = assigned(pod("a", annotations=GANG), "node-a", ["GPU-node-a-0"])
+    b = assigned(pod("b", annotations=GANG), "node-c", ["GPU-node-c-1"])
+    other_ns = assigned(pod("x", ns="other", annotations=GANG), "node-b", ["GPU-node-b-0"])
+    s = state_with(a, b, other_ns, assigned(pod("plain"), "node-b", ["GPU-node-b-1"]))
+    assert set(s.gang_nodes("default", "train")) == {"node-a", "node-c"}
+    assert set(s.gang_nodes("other", "train")) == {"node-b"}, "a gang is a namespace's"
+    s.on_pod("MODIFIED", {**b, "status": {"phase": "Succeeded"}})
+    assert set(s.gang_nodes("default", "train")) == {"node-a"}
+    s.on_pod("DELETED", a)
+    assert not s.gang_nodes("default", "train")
+
+
+def test_a_pod_being_bound_counts_for_its_gang_before_the_watch_shows_it():
+    s = state_with()
+    a = assigned(pod("a", annotations=GANG), "node-b", ["GPU-node-b-0"])
+    assignment = codec.decode_assignment(a["metadata"]["annotations"][codec.ASSIGNMENT_ANNOTATION])
+    flight = handoff.flight_of(a, Clock()(), 30)  # as bind makes it, the gang from the pod
+    assert flight is not None and flight.gang == "train"
+    s.assume("default/a", "uid-a", assignment, flight)
+    assert set(s.gang_nodes("default", "train")) == {"node-b"}
+    s.forget("default/a")
+    assert not s.gang_nodes("default", "train"), "a bind that failed holds no gang node"
+
+
+@pytest.fixture
+async def gang_on_a() -> AsyncIterator[TestClient]:
+    """node-b the fullest (binpack's choice); a pod of gang `train` held on node-a."""
+    s = state_with(assigned(pod("held", mem=8192), "node-b", ["GPU-node-b-0"],
+                            allocated="main"),
+                   assigned(pod("rank-0", mem=2048, annotations=GANG), "node-a",
+                            ["GPU-node-a-0"], allocated="main"))
+    app = make_app(Evaluator(s, parse_policy("binpack")), _NoBinder(),  # type: ignore[arg-type]
+                   Metrics(s), ready=lambda: None, is_leader=lambda: False, choose_node=True)
+    async with TestClient(TestServer(app)) as client:
+        yield client
+
+
+async def test_a_gang_pod_joins_its_gang_over_the_policys_choice(gang_on_a):
+    reply = await post(gang_on_a, "filter", {"Pod": pod("rank-1", annotations=GANG),
+                                             "NodeNames": NAMES})
+    assert reply["NodeNames"] == ["node-a"]
+    scores = await post(gang_on_a, "prioritize", {"Pod": pod("rank-1", annotations=GANG),
+                                                  "NodeNames": NAMES})
+    assert {h["Host"]: h["Score"] for h in scores}["node-a"] == 10
+
+
+@pytest.mark.parametrize("annotations", [{}, {dialects.GANG_ANNOTATION: "eval"},
+                                         {dialects.GANG_ANNOTATION: "Train/../x"}],
+                         ids=["no-gang", "another-gang", "invalid-gang"])
+async def test_other_pods_are_not_attracted(gang_on_a, annotations):
+    reply = await post(gang_on_a, "filter", {"Pod": pod("p", annotations=annotations),
+                                             "NodeNames": NAMES})
+    assert reply["NodeNames"] == ["node-b"], "the policy's choice"
+
+
+async def test_where_the_gangs_node_has_no_room_the_policy_chooses(gang_on_a):
+    big = pod("rank-1", mem=16384, gpus=2, annotations=GANG)  # node-a has a GPU in use
+    reply = await post(gang_on_a, "filter", {"Pod": big, "NodeNames": NAMES})
+    assert reply["NodeNames"] == ["node-c"] and list(reply["FailedNodes"]) == ["node-a", "node-b"]
+    reply = await post(gang_on_a, "filter", {"Pod": pod("rank-2", annotations=GANG),
+                                             "NodeNames": ["node-b", "node-c"]})
+    assert reply["NodeNames"] == ["node-b"], "the gang's node not offered: the policy's choice"
