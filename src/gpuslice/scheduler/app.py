@@ -102,7 +102,7 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
                 and not has_own_preferences(args.Pod):  # one node: kube-scheduler scores none
             reply = wire.FilterResult(
                 NodeNames=[best_node(ev, verdict, reply.NodeNames,  # type: ignore[arg-type]
-                                     gang_nodes(ev, args.Pod))],
+                                     args.Pod)],
                 FailedNodes=reply.FailedNodes,
                 FailedAndUnresolvableNodes=reply.FailedAndUnresolvableNodes)
         elif not reply.NodeNames and names:  # (full Nodes come from simulations: no event)

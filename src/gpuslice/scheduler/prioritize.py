@@ -7,8 +7,9 @@ filter answers alone (chooseNodeInFilter) for pods without scheduling preference
 Does not: decide fit (filter.py's Evaluator, whose result for the same pod version is reused
 for up to 2 s, even when other pods were placed in between: the scores are what the filter saw,
 and bind checks the chosen node again) or choose GPUs (bind.py).
-Also: a pod that names a `gpuslice.io/gang` goes where its gang's pods are held when one of
-those nodes fits (`gang_nodes`; in prioritize they score the maximum): the in-container library
+Also: a pod that names a `gpuslice.io/gang` goes where its gang's pods are held, or where the
+filter last chose for one (its bind may still be on the way), when one of those nodes fits
+(`gang_nodes`; in prioritize they score the maximum): the in-container library
 couples the compute budgets of a gang's pods only on one node (docs/compute.md "Ranks of one
 job"), so ranks on two nodes could stall each other under a compute limit.
 Invariants: scores are otherwise the allocator's (ClusterState.prioritize, or the same scores
@@ -35,9 +36,11 @@ _MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
 def gang_nodes(ev: Evaluator, pod: Mapping[str, Any]) -> Collection[str]:
     """The nodes holding pods of the pod's gang (none without one)."""
     gang = dialects.gang_of(pod)
-    if not gang:
-        return ()
-    return ev.state.gang_nodes((pod.get("metadata") or {}).get("namespace") or "default", gang)
+    return ev.state.gang_nodes(_namespace(pod), gang) if gang else ()
+
+
+def _namespace(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("namespace") or "default")
 
 
 def _scores(ev: Evaluator, v: Verdict, names: list[str]) -> Mapping[str, int]:
@@ -64,12 +67,16 @@ def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str],
 
 
 def best_node(ev: Evaluator, v: Verdict, fitting: list[str],
-              together: Collection[str] = ()) -> str:
-    """The fitting node prioritize would score highest, among the `together` ones (gang_nodes)
-    where any fits; the first in `fitting` among equals (kube-scheduler offers nodes from a
-    rotating start, so equals are not always the same)."""
+              pod: Mapping[str, Any] | None = None) -> str:
+    """The fitting node prioritize would score highest, among the pod's gang_nodes where any
+    fits (and then remembered as the gang's choice); the first in `fitting` among equals
+    (kube-scheduler offers nodes from a rotating start, so equals are not always the same)."""
     scores = _scores(ev, v, fitting)
-    return max([n for n in fitting if n in together] or fitting, key=lambda n: scores.get(n, 0))
+    together = gang_nodes(ev, pod) if pod is not None else ()
+    best = max([n for n in fitting if n in together] or fitting, key=lambda n: scores.get(n, 0))
+    if pod is not None and (gang := dialects.gang_of(pod)):
+        ev.state.gang_chosen(_namespace(pod), gang, best)
+    return best
 
 
 def has_own_preferences(pod: Mapping[str, Any]) -> bool:

@@ -144,6 +144,9 @@ class ExtenderState:
         self._requests: dict[str, tuple[handoff.DeviceRequest, ...]] = {}  # uid -> (immutable)
         # (namespace, gpuslice.io/gang) -> node -> pods of it held there; key -> its gang then
         self._gangs: dict[tuple[str, str], dict[str, int]] = {}
+        # (namespace, gang) -> (node, when): the filter's latest choice for a pod of the gang,
+        # which its bind may not have reached yet (kube-scheduler pipelines the next pod)
+        self._gang_chosen: dict[tuple[str, str], tuple[str, float]] = {}
         self._held_gang: dict[str, tuple[str, str]] = {}
 
     # -- events --------------------------------------------------------------------------
@@ -243,8 +246,20 @@ class ExtenderState:
         return out
 
     def gang_nodes(self, namespace: str, gang: str) -> Collection[str]:
-        """The nodes that hold pods of `gang` of `namespace` (bound or being bound)."""
-        return self._gangs.get((namespace, gang), {}).keys()
+        """The nodes that hold pods of `gang` of `namespace` (bound or being bound), and the one
+        the filter chose last for a pod of it, for `timeout_s` (its bind may be on the way)."""
+        held = self._gangs.get((namespace, gang), {}).keys()
+        chosen = self._gang_chosen.get((namespace, gang))
+        if chosen is None or chosen[0] in held:
+            return held
+        if chosen[1] <= self.clock() - self.timeout_s:
+            del self._gang_chosen[(namespace, gang)]
+            return held
+        return {*held, chosen[0]}
+
+    def gang_chosen(self, namespace: str, gang: str, node: str) -> None:
+        """The filter chose `node` for a pod of the gang (see gang_nodes)."""
+        self._gang_chosen[(namespace, gang)] = (node, self.clock())
 
     def flights(self, node: str) -> list[handoff.Flight]:
         """Pods in flight on `node` now (bound, or being bound, and not yet allocated). A pod

@@ -95,3 +95,26 @@ async def test_where_the_gangs_node_has_no_room_the_policy_chooses(gang_on_a):
     reply = await post(gang_on_a, "filter", {"Pod": pod("rank-2", annotations=GANG),
                                              "NodeNames": ["node-b", "node-c"]})
     assert reply["NodeNames"] == ["node-b"], "the gang's node not offered: the policy's choice"
+
+
+async def test_the_filters_choice_holds_the_gang_until_its_bind_arrives():
+    """kube-scheduler filters the next pod while the last one's bind is on the way: the gang's
+    second pod follows the first's chosen node, not spread's choice of an emptier one."""
+    clock = Clock()
+    s = ExtenderState(timeout_s=30, clock=clock)
+    for name in NAMES:
+        s.on_node("ADDED", node(name))
+    app = make_app(Evaluator(s, parse_policy("spread")), _NoBinder(),  # type: ignore[arg-type]
+                   Metrics(s), ready=lambda: None, is_leader=lambda: False, choose_node=True)
+    async with TestClient(TestServer(app)) as http:
+        first = await post(http, "filter", {"Pod": pod("rank-0", annotations=GANG),
+                                            "NodeNames": NAMES})
+        s.on_pod("ADDED", assigned(pod("other", mem=8192), first["NodeNames"][0],
+                                   [f"GPU-{first['NodeNames'][0]}-0"], allocated="main"))
+        second = await post(http, "filter", {"Pod": pod("rank-1", annotations=GANG),
+                                             "NodeNames": NAMES})
+        assert second["NodeNames"] == first["NodeNames"], "spread alone would leave that node"
+        clock.t += 31  # the first pod's bind never came: the choice lapses
+        third = await post(http, "filter", {"Pod": pod("rank-2", annotations=GANG),
+                                            "NodeNames": NAMES})
+        assert third["NodeNames"] != first["NodeNames"]
