@@ -16,6 +16,9 @@ ends at that status), or with --no-kubelet-status the agent's gpuslice.io/alloca
 instead, and this process, which creates the pods (--concurrency in flight, plain aiohttp: the
 harness's kubectl).
 --restart SIGKILLs the extender when half the pods are bound and starts a new one.
+--group N makes every N pods in a row one job (one shape) and counts in `groups_split` the jobs
+whose pods were bound to more than one node; --gang also gives each job's pods one
+`gpuslice.io/gang`, which the extender keeps on one node. --policy: the extender's policy.
 Prints one JSON object: pods_per_s (bound / seconds from the first create to the last bind
 the agent saw), bound, overcommitted_gpus (recomputed from the API's pods and nodes), CPU per
 pod of every process (from the first create on: start-up and imports left out; a restarted
@@ -57,7 +60,7 @@ sys.path.insert(0, str(ROOT / "tests" / "deploy"))  # the chart's render
 
 from test_chart import find_helm, render  # noqa: E402
 
-from gpuslice import codec, handoff, model  # noqa: E402
+from gpuslice import codec, dialects, handoff, model  # noqa: E402
 from gpuslice.allocator import footprint  # noqa: E402
 from gpuslice.kube.cache import Change, Informer  # noqa: E402
 from gpuslice.kube.client import dict_view, make_client  # noqa: E402
@@ -121,11 +124,13 @@ def plain_pod_body(name: str) -> dict[str, Any]:
                                      "resources": {"requests": {"cpu": "10m"}}}]}}
 
 
-def pod_body(name: str, limits: dict[str, str], webhook: bool) -> dict[str, Any]:
+def pod_body(name: str, limits: dict[str, str], webhook: bool, gang: str = "") -> dict[str, Any]:
     pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": "default"}, "spec": {"containers": [
             {"name": "main", "image": "registry.invalid/cuda:never-pulled",
              "resources": {"limits": dict(limits)}}]}}
+    if gang:
+        pod["metadata"]["annotations"] = {dialects.GANG_ANNOTATION: gang}
     if not webhook:  # what the webhook would have done
         for _, _, resource, quantity in handoff.missing_device_resources(pod):
             pod["spec"]["containers"][0]["resources"]["limits"][resource] = str(quantity)
@@ -137,8 +142,8 @@ def pod_body(name: str, limits: dict[str, str], webhook: bool) -> dict[str, Any]
 class Processes:
     """`gpuslice webhook` and `gpuslice scheduler` as child processes."""
 
-    def __init__(self, work: Path, kubeconfig: Path) -> None:
-        self.work, self.kubeconfig = work, kubeconfig
+    def __init__(self, work: Path, kubeconfig: Path, policy: str = "binpack") -> None:
+        self.work, self.kubeconfig, self.policy = work, kubeconfig, policy
         self.extender_port = free_port()
         self.extender: subprocess.Popen[bytes] | None = None
         self.webhook: subprocess.Popen[bytes] | None = None
@@ -148,7 +153,7 @@ class Processes:
         cfg = self.work / "scheduler.yaml"
         cfg.write_text(yaml.safe_dump({
             "address": "127.0.0.1", "port": self.extender_port, "kubeconfig": str(self.kubeconfig),
-            "logLevel": "warning", "leaderElection": {
+            "policy": self.policy, "logLevel": "warning", "leaderElection": {
                 "leaseNamespace": "default", "leaseSeconds": 4, "renewDeadlineSeconds": 3,
                 "retryPeriodSeconds": 1}}))
         self.extender = subprocess.Popen([*CLI, "scheduler", "--config", str(cfg)],
@@ -287,6 +292,33 @@ class AgentEmulator:
         """Let the marks under way land."""
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=10)
+
+
+def pod_bodies(a: argparse.Namespace) -> list[dict[str, Any]]:
+    """The pods to create: plain ones, or GPU pods of SHAPES drawn per job of --group pods (the
+    same draws as one pod a job when --group is 1), a gang a job with --gang."""
+    if a.plain:
+        return [plain_pod_body(f"job-{i:05d}") for i in range(a.pods)]
+    rng = random.Random(a.seed)
+    shapes = [s for s, w in SHAPES for _ in range(w)]
+    out = []
+    for i in range(a.pods):
+        if i % a.group == 0:
+            shape = rng.choice(shapes)
+        gang = f"job-{i // a.group:05d}" if a.gang and a.group > 1 else ""
+        out.append(pod_body(f"job-{i:05d}", shape, not a.no_webhook, gang))
+    return out
+
+
+def groups_split(pods: list[dict[str, Any]], group: int) -> int:
+    """How many jobs of `group` pods in a row (by name) were bound to more than one node."""
+    nodes: dict[int, set[str]] = {}
+    for p in pods:
+        node = (p.get("spec") or {}).get("nodeName")
+        if node:
+            nodes.setdefault(int(p["metadata"]["name"].removeprefix("job-")) // group,
+                             set()).add(node)
+    return sum(1 for on in nodes.values() if len(on) > 1)
 
 
 def overcommitted(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> tuple[int, int]:
@@ -486,7 +518,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     else:
         server = spawn(work / "kubeapi", history=1_000_000)  # its own process: no shared GIL
         kubeconfig, api_name = server.kubeconfig, "in-process"
-    procs = Processes(work, kubeconfig)
+    procs = Processes(work, kubeconfig, a.policy)
     client = AsyncClient(config=KubeConfig.from_file(kubeconfig))
     children: list[Child] = []
     try:
@@ -531,11 +563,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             driver = Child("driver", *common, "--extender-url", ext_url)
             children.append(driver)
             started["driver"] = (await driver.start())["cpu_s"]
-        rng = random.Random(a.seed)
-        shapes = [s for s, w in SHAPES for _ in range(w)]
-        bodies = [json.dumps(plain_pod_body(f"job-{i:05d}") if a.plain else
-                             pod_body(f"job-{i:05d}", rng.choice(shapes), not a.no_webhook))
-                  for i in range(a.pods)]
+        bodies = [json.dumps(b) for b in pod_bodies(a)]
 
         def process_cpu() -> dict[str, float]:
             """CPU seconds so far of every process but this one and the children."""
@@ -586,12 +614,14 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         pods = [dict(p) async for p in client.list(dict_view(Pod), namespace="default")]
         nodes = [dict(n) async for n in client.list(dict_view(Node))]
         bad, stray = (0, 0) if a.plain else overcommitted(nodes, pods)
+        split = groups_split(pods, a.group) if a.group > 1 else None
         return {
             "mode": "plain" if a.plain else "gpuslice",
             "pods_per_s": round(bound / elapsed, 1) if elapsed > 0 else None,
             "bound": bound, "pods": a.pods, "nodes": a.nodes, "gpus_per_node": a.gpus,
             "seconds": round(elapsed, 2), "overcommitted_gpus": bad,
             "bound_without_assignment": stray, "restarted_extender": restarted,
+            "groups_split": split, "gangs": a.gang and a.group > 1, "policy": a.policy,
             "node_write_failures": emulated["failures"],
             "failed_scheduling_attempts": stats["failed"] if stats else None,
             "top_failures": stats["top_failures"] if stats else None,
@@ -705,6 +735,11 @@ def main() -> int:
                     help="model no kubelet status writes: gpuslice's agent then marks "
                          "gpuslice.io/allocated on each pod (the rate before 2026-11-27)")
     ap.add_argument("--concurrency", type=int, default=32, help="pod creations in flight")
+    ap.add_argument("--group", type=int, default=1,
+                    help="pods of one job (one shape) in a row; groups_split counts those split")
+    ap.add_argument("--gang", action="store_true",
+                    help="each job of --group pods names one gpuslice.io/gang")
+    ap.add_argument("--policy", default="binpack", help="the extender's placement policy")
     ap.add_argument("--no-webhook", action="store_true")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--seed", type=int, default=1)

@@ -51,3 +51,14 @@ def test_the_comparison_runs_plain_and_gpuslice_side_by_side(kube_control_plane)
     assert plain["mode"] == "plain" and plain["extender"].startswith("not used")
     assert gpuslice["mode"] == "gpuslice" and gpuslice["bound_without_assignment"] == 0
     assert out["ratio_median"] == round(gpuslice["pods_per_s"] / plain["pods_per_s"], 3)
+
+
+def test_the_pods_of_a_gang_are_bound_to_one_node_where_spread_would_split_them(
+        kube_control_plane):
+    """Jobs of 4 pods under the spread policy: apart unless they name a gpuslice.io/gang, with
+    the real kube-scheduler pipelining one pod's filter before the last one's bind."""
+    common = ("--nodes", "4", "--pods", "32", "--group", "4", "--policy", "spread")
+    apart, together = bench(*common), bench(*common, "--gang")
+    assert apart["gangs"] is False and apart["groups_split"] > 0, "spread splits a plain job"
+    assert together["gangs"] is True and together["bound"] == 32
+    assert together["groups_split"] == 0 and together["overcommitted_gpus"] == 0
