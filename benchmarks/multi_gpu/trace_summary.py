@@ -2,9 +2,10 @@
 of one run's processes and say where the time went: per process its launches, holds and charged
 GPU time; the collectives of the ranks side by side (the n-th NCCL kernel of each process, or with
 --key-pattern any kernel name), how far apart their launches went and what held the late one; the
-longest holds, holds past what they owed (issue 21: at most 10 ms) and batches; and every
-process's lines around the longest hold and the one furthest past what it owed, merged on one
-clock.
+longest holds, holds past what they owed (issue 21: at most 10 ms), with how much of each came
+after its own stream's earlier work was seen done (the rest the GPU spent on that work, so the
+kernel could not have started sooner), and batches; and every process's lines around the
+longest hold and the one furthest past what it owed, merged on one clock.
 
 Usage: python3 benchmarks/multi_gpu/trace_summary.py DIR [--key-pattern REGEX] [--window-ms 30]
 Prints markdown. stdlib only (it runs on the bare GPU machine)."""
@@ -57,6 +58,15 @@ class Proc:
     batches: list[Batch] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)
     truncated: bool = False
+
+    def after_own_work(self, x: Launch) -> int:
+        """How long `x` was held after the last batch of its own device and stream seen done
+        before it went (all of its hold if none): the part of the hold in which that stream
+        had nothing of this process's left to run. Batches are seen done when the library
+        polls, so this is at most that late."""
+        done = [b.now for b in self.batches
+                if b.device == x.device and b.stream == x.stream and b.now <= x.admit]
+        return x.admit - max(x.enter, max(done, default=x.enter))
 
 
 def load(path: Path) -> Proc:
@@ -153,19 +163,22 @@ def summarize(procs: list[Proc], pattern: re.Pattern[str], window_ms: float) -> 
                   [[k, len(v), f"{sum(v) / 1e9:.2f}", ms(statistics.median(v)),
                     ms(sorted(v)[min(len(v) - 1, int(0.9 * len(v)))])]
                    for k, v in sorted(why.items())])
-    overs = sorted(((x.over, p.pid, x) for p in procs for x in p.launches), key=lambda h: -h[0])
+    overs = sorted(((x.over, p, x) for p in procs for x in p.launches), key=lambda h: -h[0])
     out += _table("Held furthest past what they owed (" + str(sum(o > 10_000_000 for o, _, _ in
                                                                     overs)) + " over 10 ms)",
-                  columns, [row(pid, x) for _, pid, x in overs[:15]])
+                  [*columns, "after own stream's work ms"],
+                  [[*row(p.pid, x), ms(p.after_own_work(x))] for _, p, x in overs[:15]])
     spans = sorted(((b.span, p.pid, b) for p in procs for b in p.batches), key=lambda s: -s[0])
     out += _table("Longest batches", ["pid", "found s", "span ms", "charge ms", "busy ms",
                                       "launches", "first kernel"],
                   [[pid, f"{(b.now - t0) / 1e9:.3f}", ms(span), ms(b.charge), ms(b.busy),
                     b.launches, short(names.get(b.key, b.key))] for span, pid, b in spans[:15]])
-    for what, ranked in (("the longest hold", holds), ("the hold furthest past what it owed",
-                                                       overs)):
-        if ranked and ranked[0][0] > 0:
-            out += _around(procs, names, what, ranked[0][1], ranked[0][2], window_ms)
+    for what, (top, pid, x) in (("the longest hold", holds[0] if holds else (0, "", None)),
+                                ("the hold furthest past what it owed",
+                                 (overs[0][0], overs[0][1].pid, overs[0][2]) if overs
+                                 else (0, "", None))):
+        if top > 0 and x is not None:
+            out += _around(procs, names, what, pid, x, window_ms)
     return "\n".join(out)
 
 

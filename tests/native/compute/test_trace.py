@@ -76,3 +76,24 @@ def test_trace_summary_reads_traces_of_earlier_libraries(tmp_path):
     trace.write_text("\n".join("\t".join(common + extra) for extra in ([], ["9"], ["9", "o"])))
     got = [(x.held, x.over, x.why) for x in trace_summary.load(trace).launches]
     assert got == [(2000, 0, "?"), (2000, 9, "?"), (2000, 9, "o")], got
+
+
+def test_trace_summary_says_how_much_of_a_hold_came_after_its_streams_own_work(tmp_path):
+    """A launch held 10 ms whose stream still ran this process's earlier work until 9.7 ms was
+    held 0.3 ms after that work (the kernel could not have started before it); batches of other
+    streams, and those seen done after the launch went, do not count."""
+    sys.path.insert(0, str(Path(__file__).parents[3] / "benchmarks" / "multi_gpu"))
+    import trace_summary
+
+    lines = [["L", "1000000", "11000000", "0", "s1", "k", "0", "0", "0", "1", "3", "10000000",
+              "o"],
+             ["B", "10700000", "0", "s1", "2700000", "2700000", "2700000", "3", "k", "0"],
+             ["B", "10900000", "0", "s2", "2700000", "2700000", "2700000", "3", "k", "0"],
+             ["B", "11500000", "0", "s1", "2700000", "2700000", "2700000", "3", "k", "0"],
+             ["L", "20000000", "25000000", "0", "s3", "k", "0", "0", "0", "1", "3", "5000000",
+              "q"]]
+    trace = tmp_path / "compute-trace.8.tsv"
+    trace.write_text("\n".join("\t".join(f) for f in lines))
+    proc = trace_summary.load(trace)
+    assert [proc.after_own_work(x) for x in proc.launches] == [300000, 5000000], \
+        "all of a hold with no batch of its stream before it counts"
