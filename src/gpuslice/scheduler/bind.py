@@ -52,8 +52,10 @@ class BindFailed(Exception):
 class Binder:
     def __init__(self, client: AsyncClient, evaluator: Evaluator,
                  recorder: EventRecorder | None = None, *, attempts: int = 3,
-                 retry_delay_s: float = 0.05, clock: Callable[[], float] = time.time) -> None:
+                 retry_delay_s: float = 0.05, clock: Callable[[], float] = time.time,
+                 gang_split: Callable[[], object] = lambda: None) -> None:
         self.client, self.ev, self.recorder = client, evaluator, recorder
+        self.gang_split = gang_split  # counts the GangSplit events (metrics.py)
         self.poster = Poster.from_client(client, field_manager=FIELD_MANAGER)
         self.state = evaluator.state
         self.attempts, self.retry_delay_s, self.clock = attempts, retry_delay_s, clock
@@ -91,6 +93,8 @@ class Binder:
         gang = dialects.gang_of(pod)
         namespace = (pod.get("metadata") or {}).get("namespace") or "default"
         others = sorted(set(self.state.gang_nodes(namespace, gang)) - {node}) if gang else []
+        if others:
+            self.gang_split()
         if others and self.recorder is not None:
             self.recorder.emit({"apiVersion": "v1", "kind": "Pod", **pod}, "Warning", "GangSplit",
                                f"{dialects.GANG_ANNOTATION} {gang} has pods on node "

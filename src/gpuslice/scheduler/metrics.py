@@ -1,6 +1,7 @@
 """The extender's Prometheus metrics, in its own registry (served at /metrics by ops.py).
 
-Owns: request latency per verb, pods placed, pods refused by reason, bind failures, leadership,
+Owns: request latency per verb, pods placed, pods refused by reason, bind failures, gangs split
+over nodes, leadership,
 and the per-GPU allocation (memory, cores, slices) read from the state at scrape time (a
 collector: 40,000 GPUs cost nothing between scrapes).
 Tests: tests/unit/scheduler/test_app.py
@@ -55,6 +56,10 @@ class Metrics:
                                ["reason"], registry=self.registry)
         self.bind_failed = Counter("gpuslice_scheduler_bind_failures",
                                    "bind calls answered with an error", registry=self.registry)
+        self.gang_split = Counter("gpuslice_scheduler_gang_splits",
+                                  "pods bound to a node other than the rest of their "
+                                  "gpuslice.io/gang (a GangSplit event each)",
+                                  registry=self.registry)
         self.leader = Gauge("gpuslice_scheduler_leader",
                             "1 on the replica that binds (holds or follows the Lease), else 0",
                             registry=self.registry)

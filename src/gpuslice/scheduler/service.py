@@ -56,9 +56,9 @@ class Extender:
         self.evaluator = Evaluator(self.state, cfg.placement_policy(), cfg.defaults.build(),
                                    scheduler_name=cfg.scheduler_name)
         self.recorder = EventRecorder(client, cfg.scheduler_name)
-        self.binder = Binder(client, self.evaluator, self.recorder, attempts=cfg.bind_attempts,
-                             clock=clock)
         self.metrics = Metrics(self.state)
+        self.binder = Binder(client, self.evaluator, self.recorder, attempts=cfg.bind_attempts,
+                             clock=clock, gang_split=self.metrics.gang_split.inc)
         self.metrics.leader.set_function(lambda: float(self.is_leader()))
         self.nodes: Informer[Any] = Informer(client, Node, trim=trim_node,
                                              handler=self._node_changed)

@@ -41,3 +41,5 @@ async def test_a_gang_is_placed_together_and_a_split_is_said(kube_api):
         said = await reasons()
         assert set(said) == {"rank-2"}, "only the rank bound away from its gang"
         assert "gpu-3" in said["rank-2"] and "gpuslice.io/gang train" in said["rank-2"]
+        assert ext.ext.metrics.registry.get_sample_value(
+            "gpuslice_scheduler_gang_splits_total") == 1
