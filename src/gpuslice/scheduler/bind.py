@@ -92,7 +92,7 @@ class Binder:
         filter keeps a gang together where it fits): compute budgets couple only on a node."""
         gang = dialects.gang_of(pod)
         namespace = (pod.get("metadata") or {}).get("namespace") or "default"
-        others = sorted(set(self.state.gang_nodes(namespace, gang)) - {node}) if gang else []
+        others = sorted(set(self.state.gang_held(namespace, gang)) - {node}) if gang else []
         if others:
             self.gang_split()
         if others and self.recorder is not None:

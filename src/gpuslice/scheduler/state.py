@@ -144,10 +144,10 @@ class ExtenderState:
         self._requests: dict[str, tuple[handoff.DeviceRequest, ...]] = {}  # uid -> (immutable)
         # (namespace, gpuslice.io/gang) -> node -> pods of it held there; key -> its gang then
         self._gangs: dict[tuple[str, str], dict[str, int]] = {}
+        self._held_gang: dict[str, tuple[str, str]] = {}
         # (namespace, gang) -> (node, when): the filter's latest choice for a pod of the gang,
         # which its bind may not have reached yet (kube-scheduler pipelines the next pod)
         self._gang_chosen: dict[tuple[str, str], tuple[str, float]] = {}
-        self._held_gang: dict[str, tuple[str, str]] = {}
 
     # -- events --------------------------------------------------------------------------
     def on_node(self, kind: str, node: Mapping[str, Any]) -> None:
@@ -220,12 +220,14 @@ class ExtenderState:
             self._apply(key)
 
     def sweep(self) -> None:
-        """Release what time has ended: assumptions (binds the watch never showed) older than
-        the in-flight timeout. Call every second or so."""
+        """Release what time has ended: assumptions (binds the watch never showed) and gang
+        choices (gang_nodes) older than the in-flight timeout. Call every second or so."""
         old = self.clock() - self.timeout_s
         for key in [k for k, a in self._assumed.items() if a.since <= old]:
             del self._assumed[key]
             self._apply(key)
+        for g in [g for g, (_, when) in self._gang_chosen.items() if when <= old]:
+            del self._gang_chosen[g]
 
     # -- reads ---------------------------------------------------------------------------
     def pod(self, key: str) -> Mapping[str, Any] | None:
@@ -245,15 +247,16 @@ class ExtenderState:
                 out[k] = a
         return out
 
+    def gang_held(self, namespace: str, gang: str) -> Collection[str]:
+        """The nodes that hold pods of `gang` of `namespace` (bound or being bound)."""
+        return self._gangs.get((namespace, gang), {}).keys()
+
     def gang_nodes(self, namespace: str, gang: str) -> Collection[str]:
-        """The nodes that hold pods of `gang` of `namespace` (bound or being bound), and the one
-        the filter chose last for a pod of it, for `timeout_s` (its bind may be on the way)."""
-        held = self._gangs.get((namespace, gang), {}).keys()
+        """gang_held, and the node the filter chose last for a pod of the gang, for `timeout_s`
+        (its bind may be on the way)."""
+        held = self.gang_held(namespace, gang)
         chosen = self._gang_chosen.get((namespace, gang))
-        if chosen is None or chosen[0] in held:
-            return held
-        if chosen[1] <= self.clock() - self.timeout_s:
-            del self._gang_chosen[(namespace, gang)]
+        if chosen is None or chosen[0] in held or chosen[1] <= self.clock() - self.timeout_s:
             return held
         return {*held, chosen[0]}
 

@@ -118,3 +118,14 @@ async def test_the_filters_choice_holds_the_gang_until_its_bind_arrives():
         third = await post(http, "filter", {"Pod": pod("rank-2", annotations=GANG),
                                             "NodeNames": NAMES})
         assert third["NodeNames"] != first["NodeNames"]
+
+
+def test_the_sweep_forgets_lapsed_gang_choices():
+    clock = Clock()
+    s = ExtenderState(timeout_s=30, clock=clock)
+    s.gang_chosen("default", "train", "node-a")
+    assert set(s.gang_nodes("default", "train")) == {"node-a"}
+    assert not s.gang_held("default", "train"), "a choice is not a pod held there"
+    clock.t += 31
+    s.sweep()
+    assert not s._gang_chosen, "nothing is kept for gangs that are gone"
