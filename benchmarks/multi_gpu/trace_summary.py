@@ -7,7 +7,12 @@ after its own stream's earlier work was seen done (the rest the GPU spent on tha
 kernel could not have started sooner), and batches; and every process's lines around the
 longest hold and the one furthest past what it owed, merged on one clock.
 
+With --split-at REGEX (e.g. `gemm`: nccl_bench.py's DDP steps start with the first GEMM), each
+process's furthest hold past what it owed before the first kernel whose name matches, and from
+it on.
+
 Usage: python3 benchmarks/multi_gpu/trace_summary.py DIR [--key-pattern REGEX] [--window-ms 30]
+         [--split-at REGEX]
 Prints markdown. stdlib only (it runs on the bare GPU machine)."""
 
 from __future__ import annotations
@@ -102,7 +107,24 @@ def _table(title: str, columns: list[str], rows: list[list[object]]) -> list[str
             "|" + "---|" * len(columns), *("| " + " | ".join(map(str, r)) + " |" for r in rows)]
 
 
-def summarize(procs: list[Proc], pattern: re.Pattern[str], window_ms: float) -> str:
+def split_overs(procs: list[Proc], names: dict[str, str], at: re.Pattern[str]) -> list[str]:
+    """Per process: the furthest past what it owed before its first kernel matching `at`, and
+    from it on (none matching: all of it before)."""
+    rows = []
+    for p in procs:
+        first = min((x.enter for x in p.launches if at.search(names.get(x.key, ""))),
+                    default=None)
+        before = [x.over for x in p.launches if first is None or x.enter < first]
+        after = [x.over for x in p.launches if first is not None and x.enter >= first]
+        rows.append([p.pid, len(before), ms(max(before, default=0)), len(after),
+                     ms(max(after, default=0)) if after else "-"])
+    return _table(f"Past what they owed, before and from the first kernel matching "
+                  f"`{at.pattern}`", ["pid", "launches before", "furthest ms",
+                                      "launches from it", "furthest ms"], rows)
+
+
+def summarize(procs: list[Proc], pattern: re.Pattern[str], window_ms: float,
+              split_at: re.Pattern[str] | None = None) -> str:
     names: dict[str, str] = {}
     for p in procs:
         names.update(p.names)
@@ -168,6 +190,8 @@ def summarize(procs: list[Proc], pattern: re.Pattern[str], window_ms: float) -> 
                                                                     overs)) + " over 10 ms)",
                   [*columns, "after own stream's work ms"],
                   [[*row(p.pid, x), ms(p.after_own_work(x))] for _, p, x in overs[:15]])
+    if split_at is not None:
+        out += split_overs(procs, names, split_at)
     spans = sorted(((b.span, p.pid, b) for p in procs for b in p.batches), key=lambda s: -s[0])
     out += _table("Longest batches", ["pid", "found s", "span ms", "charge ms", "busy ms",
                                       "launches", "first kernel"],
@@ -206,13 +230,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--key-pattern", default=r"^nccl|barrier",
                     help="kernel names matched across processes (default: NCCL's, ipc_spin's)")
     ap.add_argument("--window-ms", type=float, default=30)
+    ap.add_argument("--split-at", type=re.compile, default=None,
+                    help="also the furthest past owed before / from the first kernel matching")
     args = ap.parse_args(argv)
     files = sorted(args.dir.glob("compute-trace.*.tsv"))
     if not files:
         print(f"no compute-trace.*.tsv in {args.dir}")
         return 1
     print(f"# Trace of {args.dir.name}\n")
-    print(summarize([load(f) for f in files], re.compile(args.key_pattern), args.window_ms))
+    print(summarize([load(f) for f in files], re.compile(args.key_pattern), args.window_ms,
+                    args.split_at))
     return 0
 
 

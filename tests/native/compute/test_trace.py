@@ -97,3 +97,20 @@ def test_trace_summary_says_how_much_of_a_hold_came_after_its_streams_own_work(t
     proc = trace_summary.load(trace)
     assert [proc.after_own_work(x) for x in proc.launches] == [300000, 5000000], \
         "all of a hold with no batch of its stream before it counts"
+
+
+def test_trace_summary_splits_holds_past_owed_at_a_kernel(tmp_path, capsys):
+    """--split-at: the furthest past what it owed before the first kernel matching, and after."""
+    sys.path.insert(0, str(Path(__file__).parents[3] / "benchmarks" / "multi_gpu"))
+    import trace_summary
+
+    lines = [["N", "a", "ncclAllReduce"], ["N", "g", "sgemm"],
+             ["L", "0", "12000000", "0", "s", "a", "0", "0", "0", "1", "3", "12000000", "q"],
+             ["L", "20000000", "21000000", "0", "s", "g", "0", "0", "0", "1", "3", "1000000",
+              "b"],
+             ["L", "30000000", "33000000", "0", "s", "a", "0", "0", "0", "1", "3", "3000000",
+              "o"]]
+    (tmp_path / "compute-trace.9.tsv").write_text("\n".join("\t".join(f) for f in lines))
+    assert trace_summary.main([str(tmp_path), "--split-at", "gemm"]) == 0
+    table = capsys.readouterr().out.split("first kernel matching `gemm`")[1].splitlines()
+    assert table[4] == "| 9 | 1 | 12.00 | 2 | 3.00 |", table
