@@ -75,7 +75,10 @@ struct gs_gang_slot {                 /* 128 bytes */
     _Atomic uint64_t token;           /* 0: free; else its owner's random token (CAS-claimed) */
     _Atomic uint64_t claimed_ns;      /* 8: when its owner claimed it (host clock) */
     struct gs_compute_proc proc;      /* 16: its owner's gang words, last launch, in flight */
-    uint8_t reserved[128 - 16 - GS_COMPUTE_PROC_BYTES];
+    _Atomic uint32_t locked;          /* 104: 1: its owner holds an open file description lock
+                                       * on the slot's bytes while it lives (crew.h); 0: an
+                                       * owner of an earlier library, alive by its stamps */
+    uint8_t reserved[128 - 16 - GS_COMPUTE_PROC_BYTES - 4];
 };
 
 struct gs_gang_file {
@@ -88,6 +91,7 @@ struct gs_gang_file {
 
 _Static_assert(sizeof(struct gs_compute_device) == GS_COMPUTE_DEVICE_BYTES, "region layout");
 _Static_assert(sizeof(struct gs_gang_slot) == 128, "gang file layout");
+_Static_assert(offsetof(struct gs_gang_slot, locked) == 104, "gang file layout");
 _Static_assert(sizeof(struct gs_gang_file) == 128 + 128 * GS_GANG_FILE_SLOTS, "gang file layout");
 _Static_assert(sizeof(struct gs_compute_proc) == GS_COMPUTE_PROC_BYTES, "region layout");
 _Static_assert(offsetof(struct gs_compute_device, busy_ns) == 16, "region layout");

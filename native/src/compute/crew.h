@@ -9,19 +9,25 @@
  * exactly like the processes of one container (their budgets stay their own).
  * Owns: the file (created complete by the first process, mode 0666; region/file.c refuses
  * symlinks, FIFOs, other sizes and modes; its owner is not checked: the containers run as any
- * uid; a truncation turns it into zero pages, region/guard.c), claiming a slot (CAS on a random
- * token; a slot whose owner showed no sign of life for GS_CREW_STALE_NS is taken over: another
- * container's pids cannot be checked, and the gang scan ignores it long before), its release at
- * exit, and the slot reader gang.c scans.
- * Does not: decide holds (gang.c), publish the words (meter.c, gang.c), or see a killed owner
- * at once: a region reclaims a dead process's slot by its pid, but another container's pid
- * cannot be checked, so a process killed with work queued looks like one waiting in a sync
- * until that lapses (GS_BUDGET_HORIZON_NS, gang.c): its peers catch up for it meanwhile, within
- * the gang's overdraft, as they would for a live one.
- * Trust: anyone handed the directory can write the file. A forged slot can make the gang wait,
- * bounded like any gang hold (a release beyond the budget's horizon is ignored), and never
- * lowers anybody's charge: every kernel is still charged to its own container's budget.
- * Tests: tests/native/compute/test_gang_fake.py (two containers, one gang directory). */
+ * uid; a truncation turns it into zero pages, region/guard.c), claiming a slot (its open file
+ * description lock first, then CAS on a random token), its release at exit, and the slot
+ * reader gang.c scans.
+ * Liveness: another container's pids cannot be checked (a region reclaims a dead process's slot
+ * by its pid), so each owner holds an F_OFD_SETLK write lock on its slot's bytes while it lives
+ * (slot.locked says so); the kernel drops it with the owner's last descriptor (exit, SIGKILL,
+ * crash; a fork child closes its copy). A slot whose owner took the lock and no longer holds it
+ * is free at once, and the reader hides it from the gang scan (asked again at most every
+ * GS_CREW_LIVE_NS). A slot of an earlier library (no lock) is alive by its stamps: taken over
+ * after GS_CREW_STALE_NS without a sign of life; a process killed with work queued then looks
+ * like one waiting in a sync until GS_BUDGET_HORIZON_NS lapses (gang.c).
+ * Does not: decide holds (gang.c) or publish the words (meter.c, gang.c).
+ * Trust: anyone handed the directory can write the file and lock its bytes. A forged slot, or
+ * a lock held on a dead or free slot, can make the gang wait (bounded like any gang hold: a
+ * release beyond the budget's horizon is ignored) or keep slots from new members (they then hold
+ * with their own container only), and never lowers anybody's charge: every kernel is still
+ * charged to its own container's budget. A live owner's lock cannot be taken from it.
+ * Tests: tests/native/compute/test_gang_fake.py (two containers, one gang directory; a killed
+ * member). */
 #ifndef GS_COMPUTE_CREW_H
 #define GS_COMPUTE_CREW_H
 

@@ -139,3 +139,67 @@ def test_a_gang_directory_that_cannot_be_used_leaves_the_process_to_its_containe
     assert len(said) == 1 and "its own container only" in said[0], r.describe()
     if planted == "symlink":
         assert (gs.tmp / "elsewhere").read_bytes() == b"\0" * size  # never written through
+
+
+def _slot_taken(gs: Harness, gang: Path) -> int:
+    """The gang file slot a new process of the gang claims (the library's debug line)."""
+    r = gs.probe("init", "ctx", 0, "launch", 1000, 1, devices=2, limit="512MiB",
+                 region=gs.tmp / "c.region",
+                 extra={"CUDA_VISIBLE_DEVICES": "0", **SM, "GPUSLICE_GANG_DIR": str(gang),
+                        "LIBCUDA_LOG_LEVEL": "4"})
+    said = [t for t in r.log_lines() if "gang file" in t and ", slot " in t]
+    assert len(said) == 1, r.describe()
+    return int(said[0].rsplit(", slot ", 1)[1])
+
+
+@pytest.mark.parametrize("killed", [False, True], ids=["alive", "killed"])
+def test_a_killed_members_slot_is_free_at_once_a_live_ones_never(gs: Harness, killed: bool
+                                                                ) -> None:
+    """Another container's pid cannot be checked, so each member holds an open file description
+    lock on its slot while it lives (crew.c): SIGKILL drops it with the process, and the slot
+    (and the member's place in the gang's holds) is free at once, where its stamps alone would
+    keep it for 60 s (11 s in the holds). A live member's slot is never taken."""
+    gang = gs.tmp / "gang"
+    gang.mkdir()
+    member = _start(gs, "1", gs.tmp / "b.region", "launch", 1000, 1, "sleep", 60000, gang=gang)
+    try:
+        read_line(member, "launch", timeout=30)  # it has claimed slot 0 and launched
+        if killed:
+            member.kill()
+            member.wait()
+        assert _slot_taken(gs, gang) == (0 if killed else 1)
+    finally:
+        member.kill()
+        member.wait()
+
+
+@pytest.mark.parametrize("killed", [False, True], ids=["alive", "killed"])
+def test_a_member_killed_with_work_queued_leaves_the_gang_at_once(gs: Harness, killed: bool
+                                                                 ) -> None:
+    """Killed in the middle of a 400 ms kernel, a member would look like one waiting in a sync
+    for up to 11 s by its stamps, and the others would keep treating it as a rank of theirs. Its
+    lock says it is gone: another member's launches right after are no gang's (the trace's flag
+    1), as they are while it lives."""
+    gang, traces = gs.tmp / "gang", gs.tmp / "traces"
+    gang.mkdir()
+    traces.mkdir()
+    member = _start(gs, "1", gs.tmp / "b.region", "launch", 1000, 1, "launch", 400000, 1,
+                    "sleep", 60000, gang=gang)
+    try:
+        read_line(member, "launch", timeout=30)
+        time.sleep(0.1)  # the 400 ms kernel runs
+        if killed:
+            member.kill()
+            member.wait()
+        r = gs.probe("init", "ctx", 0, "launch", 1000, 20, devices=2, limit="512MiB",
+                     region=gs.tmp / "a.region",
+                     extra={"CUDA_VISIBLE_DEVICES": "0", **SM, "GPUSLICE_GANG_DIR": str(gang),
+                            "GPUSLICE_COMPUTE_TRACE": str(traces)})
+        assert r.one("launch").kv["rc"] == "0", r.describe()
+    finally:
+        member.kill()
+        member.wait()
+    flags = [int(f[10]) & 1 for t in traces.glob("compute-trace.*.tsv")  # only its own
+             for f in (line.split("\t") for line in t.read_text().splitlines()) if f[0] == "L"]
+    assert len(flags) == 20, "the other member's launches were traced"
+    assert (not any(flags)) if killed else any(flags), flags
