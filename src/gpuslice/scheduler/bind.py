@@ -88,11 +88,13 @@ class Binder:
         return ""
 
     def _split_gang(self, pod: Mapping[str, Any], node: str) -> None:
-        """A Warning event `GangSplit` when the pod's gang has pods on other nodes too (the
-        filter keeps a gang together where it fits): compute budgets couple only on a node."""
+        """A Warning event `GangSplit` when the pod is its gang's first on `node` and the gang
+        has pods on other nodes (the filter keeps a gang together where it fits): compute
+        budgets couple only on a node."""
         gang = dialects.gang_of(pod)
         namespace = (pod.get("metadata") or {}).get("namespace") or "default"
-        others = sorted(set(self.state.gang_held(namespace, gang)) - {node}) if gang else []
+        held = self.state.gang_held(namespace, gang) if gang else {}
+        others = sorted(set(held) - {node}) if held.get(node, 0) <= 1 else []
         if others:
             self.gang_split()
         if others and self.recorder is not None:

@@ -57,8 +57,8 @@ class Metrics:
         self.bind_failed = Counter("gpuslice_scheduler_bind_failures",
                                    "bind calls answered with an error", registry=self.registry)
         self.gang_split = Counter("gpuslice_scheduler_gang_splits",
-                                  "pods bound to a node other than the rest of their "
-                                  "gpuslice.io/gang (a GangSplit event each)",
+                                  "pods bound as the first of their gpuslice.io/gang on a node "
+                                  "while it has pods on others (a GangSplit event each)",
                                   registry=self.registry)
         self.leader = Gauge("gpuslice_scheduler_leader",
                             "1 on the replica that binds (holds or follows the Lease), else 0",

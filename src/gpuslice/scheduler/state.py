@@ -247,14 +247,14 @@ class ExtenderState:
                 out[k] = a
         return out
 
-    def gang_held(self, namespace: str, gang: str) -> Collection[str]:
-        """The nodes that hold pods of `gang` of `namespace` (bound or being bound)."""
-        return self._gangs.get((namespace, gang), {}).keys()
+    def gang_held(self, namespace: str, gang: str) -> Mapping[str, int]:
+        """The nodes that hold pods of `gang` of `namespace` (bound or being bound): how many."""
+        return self._gangs.get((namespace, gang), {})
 
     def gang_nodes(self, namespace: str, gang: str) -> Collection[str]:
         """gang_held, and the node the filter chose last for a pod of the gang, for `timeout_s`
         (its bind may be on the way)."""
-        held = self.gang_held(namespace, gang)
+        held = self.gang_held(namespace, gang).keys()
         chosen = self._gang_chosen.get((namespace, gang))
         if chosen is None or chosen[0] in held or chosen[1] <= self.clock() - self.timeout_s:
             return held

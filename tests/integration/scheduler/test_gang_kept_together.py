@@ -31,6 +31,9 @@ async def test_a_gang_is_placed_together_and_a_split_is_said(kube_api):
         assert got["NodeNames"] == ["gpu-3"], "the gang's node, not the fuller gpu-2"
         assert await ext.bind("rank-1", "gpu-3") == ""
         assert await ext.bind("rank-2", "gpu-1") == "", "a split is allowed, never refused"
+        await create(client, rank("rank-3"))
+        await wait_for(lambda: ext.ext.state.pod("default/rank-3") is not None, "rank-3")
+        assert await ext.bind("rank-3", "gpu-3") == "", "joins the gang: no new split"
 
         async def reasons() -> dict[str, str]:
             events = [e async for e in client.list(dict_view(Event), namespace="default")]
@@ -38,8 +41,9 @@ async def test_a_gang_is_placed_together_and_a_split_is_said(kube_api):
                     if e["reason"] == "GangSplit"}
 
         await wait_for(lambda: reasons(), "the GangSplit event")
+        await ext.ext.recorder.flush()  # every event emitted so far is posted
         said = await reasons()
-        assert set(said) == {"rank-2"}, "only the rank bound away from its gang"
+        assert set(said) == {"rank-2"}, "only the rank that split the gang"
         assert "gpu-3" in said["rank-2"] and "gpuslice.io/gang train" in said["rank-2"]
         assert ext.ext.metrics.registry.get_sample_value(
             "gpuslice_scheduler_gang_splits_total") == 1
