@@ -26,10 +26,11 @@ static struct {
     uint64_t token;
     int fd;     /* the file's open description: the owner's lock lives and dies with it */
     int broken; /* set by the truncation guard */
-    struct {    /* slot i's owner, as its lock last said */
-        uint64_t token;
-        int64_t at;
-        int dead;
+    struct {    /* slot i's owner, as its lock last said (threads of two devices scan at once:
+                 * relaxed atomics, at worst a check repeated or 10 ms late) */
+        _Atomic uint64_t token;
+        _Atomic int64_t at;
+        _Atomic int dead;
     } seen[GS_GANG_FILE_SLOTS];
 } gs_crew = {.fd = -1};
 
@@ -164,12 +165,13 @@ struct gs_compute_proc *gs_crew_at(void *ctx, int i)
         return NULL;
     if (s != gs_crew.self) { /* a killed owner is gone at once, not when its stamps lapse */
         int64_t now = gs_compute_now_ns();
-        if (gs_crew.seen[i].token != token || now - gs_crew.seen[i].at > GS_CREW_LIVE_NS) {
-            gs_crew.seen[i].token = token;
-            gs_crew.seen[i].at = now;
-            gs_crew.seen[i].dead = gs_crew_gone(s, i);
+        if ((uint64_t)GS_LOAD(gs_crew.seen[i].token) != token ||
+            now - GS_LOAD(gs_crew.seen[i].at) > GS_CREW_LIVE_NS) {
+            GS_STORE(gs_crew.seen[i].dead, gs_crew_gone(s, i));
+            GS_STORE(gs_crew.seen[i].at, now);
+            GS_STORE(gs_crew.seen[i].token, token);
         }
-        if (gs_crew.seen[i].dead)
+        if (GS_LOAD(gs_crew.seen[i].dead))
             return NULL;
     }
     return &s->proc;
