@@ -4,6 +4,8 @@ their claims; the real kubelet calls gpuslice's DRA plugin (`gpuslice node-agent
 gpuPath dra, registered in the kubelet's own plugin registry) to prepare exactly each pod's
 claims before it starts the pod (fake-cri). Each claim's CDI spec and region carry its
 consumedCapacity; nothing is advertised through device plugins, so nothing is counted twice.
+Two of the pods name one `gpuslice.io/gang`: their claims' CDI specs, and only theirs, mount
+the gang's directory under the agent's state dir (issue 21 on the DRA path).
 
 Runs its own node (a DRA-only agent), so it stops the folder's shared tier first and leaves
 the slot empty (the next test here starts a fresh one). Needs root and the real binaries."""
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpuslice.dialects import GANG_ANNOTATION
 from gpuslice.dra import DRIVER
 from gpuslice.kube.client import dict_view
 from gpuslice.quantity import parse_quantity
@@ -102,12 +105,15 @@ async def test_the_demo_pods_are_prepared_by_the_real_kubelet_through_dra(dra_no
         await certgen(service="unused", namespace="default", ips=["127.0.0.1"],
                       out_dir=str(tmp_path), webhook_config="gpuslice-dra-real", client=client)
         scheduler = plane.start_scheduler(dra_e2e.scheduler_configuration(200))
-        created = []
+        created, gang_pods = [], set()
         for f in ("hami.yaml", "volcano.yaml", "gpu-manager.yaml", "hami-multi-gpu.yaml",
                   "hami-two-containers.yaml"):
             body = yaml.safe_load((EXAMPLES / f).read_text())
             body["metadata"]["namespace"] = NS
             body["spec"].pop("schedulerName", None)
+            if f in ("hami.yaml", "volcano.yaml"):  # 30 and 50 cores: under a compute limit
+                body["metadata"].setdefault("annotations", {})[GANG_ANNOTATION] = "train"
+                gang_pods.add(body["metadata"]["name"])
             for _ in range(100):  # until kube-apiserver calls the webhook with its caBundle
                 try:
                     got = await client.create(dict_view(Pod)(body))
@@ -152,6 +158,15 @@ async def test_the_demo_pods_are_prepared_by_the_real_kubelet_through_dra(dra_no
             consumed = [f"{int(parse_quantity(r['consumedCapacity']['memory']) // MiB)}m"
                         for r in results]
             assert limits == consumed, (owner, env, results)
+            mounts = {m["containerPath"]: m["hostPath"]
+                      for m in spec["devices"][0]["containerEdits"].get("mounts", [])}
+            if owner in gang_pods:
+                gang_dir = node.state_dir / "gangs" / NS / "train"
+                assert env.get("GPUSLICE_GANG_DIR") and \
+                    mounts.get(env["GPUSLICE_GANG_DIR"]) == str(gang_dir), (owner, spec)
+                assert gang_dir.is_dir() and gang_dir.stat().st_mode & 0o7777 == 0o1777
+            else:
+                assert "GPUSLICE_GANG_DIR" not in env, (owner, env)
     finally:
         if scheduler is not None:
             scheduler.stop()
