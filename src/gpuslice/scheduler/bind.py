@@ -40,6 +40,7 @@ from gpuslice.kube.events import EventRecorder
 from gpuslice.kube.post import Poster
 from gpuslice.scheduler import wire
 from gpuslice.scheduler.filter import Evaluator
+from gpuslice.scheduler.state import gang_key
 
 __all__ = ["BindFailed", "Binder"]
 
@@ -91,15 +92,14 @@ class Binder:
         """A Warning event `GangSplit` when the pod is its gang's first on `node` and the gang
         has pods on other nodes (the filter keeps a gang together where it fits): compute
         budgets couple only on a node."""
-        gang = dialects.gang_of(pod)
-        namespace = (pod.get("metadata") or {}).get("namespace") or "default"
-        held = self.state.gang_held(namespace, gang) if gang else {}
+        g = gang_key(pod)
+        held = self.state.gang_held(*g) if g else {}
         others = sorted(set(held) - {node}) if held.get(node, 0) <= 1 else []
         if others:
             self.gang_split()
         if others and self.recorder is not None:
             self.recorder.emit({"apiVersion": "v1", "kind": "Pod", **pod}, "Warning", "GangSplit",
-                               f"{dialects.GANG_ANNOTATION} {gang} has pods on node "
+                               f"{dialects.GANG_ANNOTATION} {g[1]} has pods on node "
                                f"{', '.join(others)} too, and none of those could take this "
                                f"one: the compute limits of a gang's pods hold them together only "
                                f"on one node, so its ranks may wait on each other "

@@ -24,9 +24,9 @@ from collections.abc import Collection, Mapping
 from itertools import repeat
 from typing import Any
 
-from gpuslice import dialects
 from gpuslice.scheduler import wire
 from gpuslice.scheduler.filter import Evaluator, Verdict
+from gpuslice.scheduler.state import gang_key
 
 __all__ = ["best_node", "gang_nodes", "has_own_preferences", "prioritize_reply"]
 
@@ -35,12 +35,8 @@ _MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
 
 def gang_nodes(ev: Evaluator, pod: Mapping[str, Any]) -> Collection[str]:
     """The nodes holding pods of the pod's gang (none without one)."""
-    gang = dialects.gang_of(pod)
-    return ev.state.gang_nodes(_namespace(pod), gang) if gang else ()
-
-
-def _namespace(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("namespace") or "default")
+    g = gang_key(pod)
+    return ev.state.gang_nodes(*g) if g else ()
 
 
 def _scores(ev: Evaluator, v: Verdict, names: list[str]) -> Mapping[str, int]:
@@ -74,8 +70,8 @@ def best_node(ev: Evaluator, v: Verdict, fitting: list[str],
     scores = _scores(ev, v, fitting)
     together = gang_nodes(ev, pod) if pod is not None else ()
     best = max([n for n in fitting if n in together] or fitting, key=lambda n: scores.get(n, 0))
-    if pod is not None and (gang := dialects.gang_of(pod)):
-        ev.state.gang_chosen(_namespace(pod), gang, best)
+    if pod is not None and (g := gang_key(pod)):
+        ev.state.gang_chosen(*g, best)
     return best
 
 

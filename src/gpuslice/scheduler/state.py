@@ -33,7 +33,7 @@ from gpuslice.allocator import AllocationError, ClusterState
 from gpuslice.errors import CodecError
 from gpuslice.model import NodeInventory, PodAssignment
 
-__all__ = ["ExtenderState", "pod_key", "trim_node", "trim_pod"]
+__all__ = ["ExtenderState", "gang_key", "pod_key", "trim_node", "trim_pod"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,13 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
 def pod_key(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+def gang_key(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(namespace, gpuslice.io/gang) of the pod, as gang_nodes and gang_held take it; None when
+    it names none (or an invalid one: dialects.gang_of)."""
+    gang = dialects.gang_of(pod)
+    return (pod_key(pod).split("/", 1)[0], gang) if gang else None
 
 
 class _Facts(msgspec.Struct, frozen=True):
