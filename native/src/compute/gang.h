@@ -19,7 +19,9 @@
  * whose queues all still drain cannot take turns running on). Once no stopped queue holds work,
  * they all wait for the LATEST release any of them published (each: when its own budget holds
  * GS_GANG_QUANTUM_NS more), then go together. So no hold falls inside a collective, whatever the
- * kernels are: no names, no launch counts.
+ * kernels are: no names, no launch counts. A stop whose latest release passes while queues still
+ * drain ends there, drained or not: no hold is left to place, and waiting on would hold every
+ * rank past what anyone owed (deep queues: an all-reduce timing loop).
  * Never charges less: every kernel is charged as measured, spins and catch-up launches included;
  * a gang hold only makes processes wait (their buckets fill meanwhile), so work dressed as
  * communication gets nothing past the cap.

@@ -54,6 +54,14 @@ SHAPES = {
                                  "colls": 20, "coll_first": True, "barrier_first": True,
                                  "launch_extra_ns": [200 * US, 0], "start_ns": [0, 2 * MS],
                                  "duration_ns": 20000 * MS, "warmup_ns": 2000 * MS},
+    # an all-reduce timing loop: 12 back-to-back 2.7 ms collectives after a few tiny kernels, so
+    # the per-launch estimate is far below what is queued; the stop's debts were paid long before
+    # the queues drained, and the ranks waited for them anyway (19.8 ms past owed at 50 %)
+    "all-reduce-sweep": {"kernels": 10, "kernel_ns": 20 * US, "coll_ns": 2700 * US, "colls": 12,
+                         "launch_extra_ns": [0, 200 * US], "start_ns": [0, 2 * MS]},
+    "all-reduce-sweep-4-ranks": {"ranks": 4, "kernels": 10, "kernel_ns": 20 * US,
+                                 "coll_ns": 4500 * US, "colls": 4,
+                                 "start_ns": [0, 3 * MS, 7 * MS, 50 * MS]},
 }  # fmt: skip
 
 
