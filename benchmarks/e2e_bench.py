@@ -18,7 +18,9 @@ harness's kubectl).
 --restart SIGKILLs the extender when half the pods are bound and starts a new one.
 --group N makes every N pods in a row one job (one shape) and counts in `groups_split` the jobs
 whose pods were bound to more than one node; --gang also gives each job's pods one
-`gpuslice.io/gang`, which the extender keeps on one node. --policy: the extender's policy.
+`gpuslice.io/gang`, which the extender keeps on one node, and --gang-size its
+`gpuslice.io/gang-size` (the first pod then goes where the whole job fits). --policy: the
+extender's policy.
 Prints one JSON object: pods_per_s (bound / seconds from the first create to the last bind
 the agent saw), bound, overcommitted_gpus (recomputed from the API's pods and nodes), CPU per
 pod of every process (from the first create on: start-up and imports left out; a restarted
@@ -124,13 +126,16 @@ def plain_pod_body(name: str) -> dict[str, Any]:
                                      "resources": {"requests": {"cpu": "10m"}}}]}}
 
 
-def pod_body(name: str, limits: dict[str, str], webhook: bool, gang: str = "") -> dict[str, Any]:
+def pod_body(name: str, limits: dict[str, str], webhook: bool, gang: str = "",
+             gang_size: int = 0) -> dict[str, Any]:
     pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": "default"}, "spec": {"containers": [
             {"name": "main", "image": "registry.invalid/cuda:never-pulled",
              "resources": {"limits": dict(limits)}}]}}
     if gang:
         pod["metadata"]["annotations"] = {dialects.GANG_ANNOTATION: gang}
+    if gang and gang_size:
+        pod["metadata"]["annotations"][dialects.GANG_SIZE_ANNOTATION] = str(gang_size)
     if not webhook:  # what the webhook would have done
         for _, _, resource, quantity in handoff.missing_device_resources(pod):
             pod["spec"]["containers"][0]["resources"]["limits"][resource] = str(quantity)
@@ -306,7 +311,8 @@ def pod_bodies(a: argparse.Namespace) -> list[dict[str, Any]]:
         if i % a.group == 0:
             shape = rng.choice(shapes)
         gang = f"job-{i // a.group:05d}" if a.gang and a.group > 1 else ""
-        out.append(pod_body(f"job-{i:05d}", shape, not a.no_webhook, gang))
+        out.append(pod_body(f"job-{i:05d}", shape, not a.no_webhook, gang,
+                            a.group if a.gang_size else 0))
     return out
 
 
@@ -621,7 +627,8 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             "bound": bound, "pods": a.pods, "nodes": a.nodes, "gpus_per_node": a.gpus,
             "seconds": round(elapsed, 2), "overcommitted_gpus": bad,
             "bound_without_assignment": stray, "restarted_extender": restarted,
-            "groups_split": split, "gangs": a.gang and a.group > 1, "policy": a.policy,
+            "groups_split": split, "gangs": a.gang and a.group > 1,
+            "gang_size": a.gang_size and a.gang and a.group > 1, "policy": a.policy,
             "node_write_failures": emulated["failures"],
             "failed_scheduling_attempts": stats["failed"] if stats else None,
             "top_failures": stats["top_failures"] if stats else None,
@@ -739,6 +746,8 @@ def main() -> int:
                     help="pods of one job (one shape) in a row; groups_split counts those split")
     ap.add_argument("--gang", action="store_true",
                     help="each job of --group pods names one gpuslice.io/gang")
+    ap.add_argument("--gang-size", action="store_true",
+                    help="with --gang: each pod also says its gang's size (gpuslice.io/gang-size)")
     ap.add_argument("--policy", default="binpack", help="the extender's placement policy")
     ap.add_argument("--no-webhook", action="store_true")
     ap.add_argument("--timeout", type=float, default=300.0)

@@ -3,7 +3,8 @@
 Owns: resource and annotation names of each dialect, their units and ranges, the defaults
 for missing dimensions, GPU filters, per-pod policy overrides (DESIGN §3) and the pod's GPU
 mode (`volcano.sh/vgpu-mode: mig` and its HAMi/gpuslice twins -> PodRequest.mig), and the
-pod's gang (`gpuslice.io/gang`, read apart from parse_pod: `gang_of`, `gang_problems`).
+pod's gang (`gpuslice.io/gang`, `gpuslice.io/gang-size`, read apart from parse_pod: `gang_of`,
+`gang_size_of`, `gang_problems`).
 Does not: decide placement (allocator/) or talk to the API (webhook/ calls parse_pod).
 Invariants: values come from resources.limits, else requests (both given must be equal);
 one dialect per container; slices in pod order, init containers first; every SliceRequest
@@ -38,6 +39,7 @@ __all__ = [
     "Defaults",
     "gang_of",
     "gang_problems",
+    "gang_size_of",
     "is_gpu_pod",
     "parse_pod",
 ]
@@ -80,9 +82,13 @@ _MODES = {"mig": True, "hami-core": False, "shim": False}
 # a host directory as it is; a tenant's annotation (webhook/admit.py TENANT_ANNOTATIONS).
 GANG_ANNOTATION = "gpuslice.io/gang"
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a gang; a namespace too
+# How many pods the gang has: the scheduler places its first pod where all of them fit. At most
+# the gang file's slots (native/src/compute/crew.h: 64 processes).
+GANG_SIZE_ANNOTATION = "gpuslice.io/gang-size"
+MAX_GANG_SIZE = 64
 ANNOTATIONS: frozenset[str] = frozenset(
     (USE_GPUTYPE, NOUSE_GPUTYPE, USE_GPUUUID, NOUSE_GPUUUID, *NODE_POLICY, *GPU_POLICY,
-     *GPU_MODE, GANG_ANNOTATION)
+     *GPU_MODE, GANG_ANNOTATION, GANG_SIZE_ANNOTATION)
 )
 
 MAX_GPUS_PER_CONTAINER = 16
@@ -441,15 +447,33 @@ def gang_of(pod: object) -> str:
     return got if isinstance(got, str) and DNS_LABEL.fullmatch(got) else ""
 
 
+def gang_size_of(pod: object) -> int:
+    """How many pods the pod's gang has (`gpuslice.io/gang-size`), or 0 when it names no gang,
+    no size or an invalid one (the webhook refuses those: gang_problems). Never raises."""
+    got = _annotations(pod).get(GANG_SIZE_ANNOTATION)
+    if not gang_of(pod) or not isinstance(got, str) or not (got.isascii() and got.isdigit()):
+        return 0
+    size = int(got)
+    return size if 1 <= size <= MAX_GANG_SIZE else 0
+
+
 def gang_problems(pod: object) -> list[str]:
-    """What is wrong with the pod's `gpuslice.io/gang`, one line per problem (none: [])."""
+    """What is wrong with the pod's `gpuslice.io/gang` and `gpuslice.io/gang-size`, one line
+    per problem (none: [])."""
     ann = _annotations(pod)
-    if GANG_ANNOTATION not in ann or gang_of(pod):
-        return []
     p = _Problems()
-    p.add("pod", f"annotation {GANG_ANNOTATION}", ann[GANG_ANNOTATION],
-          "must be a DNS label (lowercase letters, digits and '-', at most 63, starting and "
-          "ending with a letter or digit)", "name the job's pods alike, e.g. the job's name")
+    if GANG_ANNOTATION in ann and not gang_of(pod):
+        p.add("pod", f"annotation {GANG_ANNOTATION}", ann[GANG_ANNOTATION],
+              "must be a DNS label (lowercase letters, digits and '-', at most 63, starting and "
+              "ending with a letter or digit)", "name the job's pods alike, e.g. the job's name")
+    elif GANG_SIZE_ANNOTATION in ann and GANG_ANNOTATION not in ann:
+        p.add("pod", f"annotation {GANG_SIZE_ANNOTATION}", ann[GANG_SIZE_ANNOTATION],
+              "sizes a gang, but the pod names none", f"add {GANG_ANNOTATION}: <job>, or "
+              f"remove {GANG_SIZE_ANNOTATION}")
+    elif GANG_SIZE_ANNOTATION in ann and not gang_size_of(pod):
+        p.add("pod", f"annotation {GANG_SIZE_ANNOTATION}", ann[GANG_SIZE_ANNOTATION],
+              f"must be a whole number from 1 to {MAX_GANG_SIZE}",
+              "give the number of the job's pods, e.g. \"4\"")
     return p.lines
 
 

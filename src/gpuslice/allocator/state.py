@@ -1,6 +1,7 @@
 """The cluster as the allocator sees it: node inventories plus committed pod assignments.
 
-Owns: `ClusterState` (add/remove nodes, filter/prioritize/schedule, assign/release, usage).
+Owns: `ClusterState` (add/remove nodes, filter/prioritize/schedule, room for a gang's pods,
+assign/release, usage).
 Does not: talk to Kubernetes (the extender rebuilds a ClusterState from annotations alone,
 so `assign` accepts any valid assignment, whichever policy chose it).
 Invariants: per-GPU usage == sum of the footprints of the committed pods (usage.py's lifecycle
@@ -21,6 +22,7 @@ test_reuse_properties.py
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from gpuslice.allocator import fit, score, search
 from gpuslice.allocator.fit import FilterResult, Placement
@@ -158,14 +160,18 @@ class ClusterState:
                 failed[n] = no_inventory(n)
         return FilterResult(dict(fits), failed)  # type: ignore[arg-type]
 
-    def _filter_shared(self, pod: PodRequest, policy: Policy,
-                       nodes: Iterable[str] | None) -> FilterResult:
+    def _prepare(self, pod: PodRequest, policy: Policy) -> tuple[tuple[Any, ...], fit._Ctx]:
         key = (shape_of(pod), policy, search.MAX_SEARCH)  # the budget decides too (tests vary it)
         ctx = self._prepared.get(key)
         if ctx is None:  # a pod is often filtered again (retries, filter then prioritize)
             if len(self._prepared) >= _PREPARED:
                 self._prepared.clear()
             ctx = self._prepared[key] = fit.prepare(pod, policy)
+        return key, ctx
+
+    def _filter_shared(self, pod: PodRequest, policy: Policy,
+                       nodes: Iterable[str] | None) -> FilterResult:
+        key, ctx = self._prepare(pod, policy)
         if nodes is not None:
             return fit.filter_nodes(self._snap, nodes, ctx)
         if self._reuse is None:
@@ -178,6 +184,24 @@ class ClusterState:
         if self._table is None:
             self._table = NodeTable(self._snap)
         return fit.filter_nodes(self._snap, self._table.names, ctx, self._table)
+
+    def room(self, pod: PodRequest, policy: Policy, name: str, most: int) -> int:
+        """How many pods like `pod`, up to `most`, shared-slice node `name` takes together now,
+        each placed where the filter would put it after the ones before (the pods of one gang,
+        which the extender keeps on one node). 0 for a node it does not know or a MIG pod."""
+        inv = self._inv.get(name)
+        if inv is None or pod.mig:
+            return 0
+        ctx = self._prepare(pod, policy)[1]
+        gpus = {g.uuid: g for g in inv.gpus}
+        use, pos = list(self._use[name]), self._snap[name].pos
+        for taken in range(most):
+            placed = fit.filter_nodes({name: NodeSnapshot(inv, use)}, [name], ctx).fits.get(name)
+            if placed is None:
+                return taken
+            for u, f in footprint(placed.assignment, gpus).items():
+                use[pos[u]] = add_use(use[pos[u]], f, 1)
+        return most
 
     def prioritize(self, pod: PodRequest, policy: Policy,
                    fits: dict[str, Placement]) -> dict[str, int]:

@@ -29,7 +29,7 @@ from gpuslice.scheduler.metrics import Metrics
 from gpuslice.scheduler.preempt import preempt_reply
 from gpuslice.scheduler.prioritize import (
     best_node,
-    gang_nodes,
+    gang_targets,
     has_own_preferences,
     prioritize_reply,
 )
@@ -120,7 +120,8 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
         t0 = time.perf_counter()
         try:
             args, verdict, names = await evaluate(request, as_filtered=True)
-            reply = prioritize_reply(ev, verdict, names, gang_nodes(ev, args.Pod))
+            reply = prioritize_reply(ev, verdict, names,
+                                     gang_targets(ev, verdict, args.Pod, names))
         except wire.WireError as exc:
             return web.Response(status=400, text=f"{exc}\n")
         except _Starting as exc:

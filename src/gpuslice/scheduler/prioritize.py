@@ -8,10 +8,12 @@ Does not: decide fit (filter.py's Evaluator, whose result for the same pod versi
 for up to 2 s, even when other pods were placed in between: the scores are what the filter saw,
 and bind checks the chosen node again) or choose GPUs (bind.py).
 Also: a pod that names a `gpuslice.io/gang` goes where its gang's pods are held, or where the
-filter last chose for one (its bind may still be on the way), when one of those nodes fits
-(`gang_nodes`; in prioritize they score the maximum): the in-container library
-couples the compute budgets of a gang's pods only on one node (docs/compute.md "Ranks of one
-job"), so ranks on two nodes could stall each other under a compute limit.
+filter last chose for one (its bind may still be on the way), when one of those nodes fits;
+where none does and the pod says how many pods the gang has (`gpuslice.io/gang-size`), to a
+node that takes all of them still to come (`gang_targets`; in prioritize they score the
+maximum): the in-container library couples the compute budgets of a gang's pods only on one
+node (docs/compute.md "Ranks of one job"), so ranks on two nodes could stall each other under a
+compute limit.
 Invariants: scores are otherwise the allocator's (ClusterState.prioritize, or the same scores
 kept with the filter's result: the node policy applied to how full the node will be with the
 pod), so prioritize and `gpuslice simulate` agree for pods without a gang.
@@ -24,19 +26,40 @@ from collections.abc import Collection, Mapping
 from itertools import repeat
 from typing import Any
 
+from gpuslice import dialects
 from gpuslice.scheduler import wire
 from gpuslice.scheduler.filter import Evaluator, Verdict
 from gpuslice.scheduler.state import gang_key
 
-__all__ = ["best_node", "gang_nodes", "has_own_preferences", "prioritize_reply"]
+__all__ = ["best_node", "gang_targets", "has_own_preferences", "prioritize_reply"]
 
 _MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
+_ROOM_TRIES = 1024  # placements tried for a gang's room per call: ~60 ms on a 2-core VM
 
 
-def gang_nodes(ev: Evaluator, pod: Mapping[str, Any]) -> Collection[str]:
-    """The nodes holding pods of the pod's gang (none without one)."""
+def gang_targets(ev: Evaluator, v: Verdict, pod: Mapping[str, Any], names: Collection[str],
+                 scores: Mapping[str, int] | None = None) -> Collection[str]:
+    """Where the pod's gang wants it among `names`: the nodes holding pods of the gang (none
+    without one); where none of those fits and the gang's size is given, the best-scoring
+    fitting node with room for every pod of the gang not yet held, this one included. Room is
+    tried in score order for at most _ROOM_TRIES placements (the loop is the extender's)."""
     g = gang_key(pod)
-    return ev.state.gang_nodes(*g) if g else ()
+    if g is None:
+        return ()
+    held = ev.state.gang_nodes(*g)
+    need = dialects.gang_size_of(pod) - sum(ev.state.gang_held(*g).values())
+    if need <= 1 or any(n in v.fits for n in held):
+        return held
+    scores = _scores(ev, v, list(names)) if scores is None else scores
+    tries = 0
+    for n in sorted((n for n in names if n in v.fits), key=lambda n: -scores.get(n, 0)):
+        room = ev.state.cluster.room(v.pod, ev.policy, n, need)
+        if room == need:
+            return [n]
+        tries += room + 1
+        if tries >= _ROOM_TRIES:
+            break
+    return held
 
 
 def _scores(ev: Evaluator, v: Verdict, names: list[str]) -> Mapping[str, int]:
@@ -55,7 +78,7 @@ def _scores(ev: Evaluator, v: Verdict, names: list[str]) -> Mapping[str, int]:
 
 def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str],
                      together: Collection[str] = ()) -> list[wire.HostPriority]:
-    """`together`: gang_nodes of the pod; those that fit score the maximum."""
+    """`together`: gang_targets of the pod; those that fit score the maximum."""
     scores = _scores(ev, v, names)
     if together:
         scores = {**scores, **{n: _MAX_SCORE for n in together if n in scores}}
@@ -64,11 +87,11 @@ def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str],
 
 def best_node(ev: Evaluator, v: Verdict, fitting: list[str],
               pod: Mapping[str, Any] | None = None) -> str:
-    """The fitting node prioritize would score highest, among the pod's gang_nodes where any
+    """The fitting node prioritize would score highest, among the pod's gang_targets where any
     fits (and then remembered as the gang's choice); the first in `fitting` among equals
     (kube-scheduler offers nodes from a rotating start, so equals are not always the same)."""
     scores = _scores(ev, v, fitting)
-    together = gang_nodes(ev, pod) if pod is not None else ()
+    together = gang_targets(ev, v, pod, fitting, scores) if pod is not None else ()
     best = max([n for n in fitting if n in together] or fitting, key=lambda n: scores.get(n, 0))
     if pod is not None and (g := gang_key(pod)):
         ev.state.gang_chosen(*g, best)

@@ -58,7 +58,8 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # a static pod: the kubelet r
 # one except those a tenant is meant to write (the per-pod policies; the opt-out label, which
 # the configuration names; the managed label on the GPU pods the webhook labels itself).
 RESERVED_PREFIX = "gpuslice.io/"
-TENANT_ANNOTATIONS = (dialects.NODE_POLICY[0], dialects.GPU_POLICY[0], dialects.GANG_ANNOTATION)
+TENANT_ANNOTATIONS = (dialects.NODE_POLICY[0], dialects.GPU_POLICY[0], dialects.GANG_ANNOTATION,
+                      dialects.GANG_SIZE_ANNOTATION)
 _TENANT_KEYS = f"{', '.join(TENANT_ANNOTATIONS[:-1])} and {TENANT_ANNOTATIONS[-1]}"
 # The NVIDIA container toolkit's device list: in a container without a slice, anything but these
 # (e.g. `all`) gives that container GPUs of the node with no slice and no cap.

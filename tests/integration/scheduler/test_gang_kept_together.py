@@ -47,3 +47,29 @@ async def test_a_gang_is_placed_together_and_a_split_is_said(kube_api):
         assert "gpu-3" in said["rank-2"] and "gpuslice.io/gang train" in said["rank-2"]
         assert ext.ext.metrics.registry.get_sample_value(
             "gpuslice_scheduler_gang_splits_total") == 1
+
+
+async def test_a_sized_gangs_first_rank_goes_where_the_whole_gang_fits(kube_api):
+    """gpu-2 (binpack's choice) has room for one more 8 GiB rank; a gang of three that says its
+    size starts on a node where all three fit, and its ranks follow."""
+    client = kube_api.async_client()
+    for name in ("gpu-1", "gpu-2", "gpu-3"):
+        await create(client, node_obj(name))
+    async with Running(kube_api) as ext:
+        fills = [f"fill-{i}" for i in range(3)]
+        for name in fills:
+            await create(client, pod_obj(name, mem=8192))
+        for i in range(3):
+            p = rank(f"rank-{i}") if i else rank("rank-0")
+            p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "8192"
+            p["metadata"]["annotations"][dialects.GANG_SIZE_ANNOTATION] = "3"
+            await create(client, p)
+        await wait_for(lambda: ext.ext.state.pod("default/rank-2") is not None, "the pods in cache")
+        for name in fills:
+            assert await ext.bind(name, "gpu-2") == ""
+        first = (await ext.filter("rank-0", ["gpu-1", "gpu-2", "gpu-3"]))["NodeNames"]
+        assert first in (["gpu-1"], ["gpu-3"]), f"not gpu-2, which takes one rank: {first}"
+        assert await ext.bind("rank-0", first[0]) == ""
+        for name in ("rank-1", "rank-2"):
+            assert (await ext.filter(name, ["gpu-1", "gpu-2", "gpu-3"]))["NodeNames"] == first
+            assert await ext.bind(name, first[0]) == ""

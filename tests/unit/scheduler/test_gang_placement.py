@@ -129,3 +129,86 @@ def test_the_sweep_forgets_lapsed_gang_choices():
     clock.t += 31
     s.sweep()
     assert not s._gang_chosen, "nothing is kept for gangs that are gone"
+
+
+def _sized(name: str, size: str, **kw) -> dict:
+    return pod(name, mem=8192, annotations={**GANG, dialects.GANG_SIZE_ANNOTATION: size}, **kw)
+
+
+@pytest.fixture
+async def b_nearly_full() -> AsyncIterator[TestClient]:
+    """binpack prefers node-b, which has room for one more 8 GiB pod; node-a and node-c for four."""
+    s = state_with(*(assigned(pod(f"held-{i}", mem=8192), "node-b", [f"GPU-node-b-{i // 2}"],
+                              allocated="main") for i in range(3)))
+    app = make_app(Evaluator(s, parse_policy("binpack")), _NoBinder(),  # type: ignore[arg-type]
+                   Metrics(s), ready=lambda: None, is_leader=lambda: False, choose_node=True)
+    async with TestClient(TestServer(app)) as client:
+        yield client
+
+
+async def test_a_gangs_first_pod_goes_where_the_whole_gang_fits(b_nearly_full):
+    scores = await post(b_nearly_full, "prioritize", {"Pod": _sized("rank-0", "3"),
+                                                      "NodeNames": NAMES})
+    got = {h["Host"]: h["Score"] for h in scores}
+    assert got["node-a"] == 10, "the best node with room for the gang (the first of equals)"
+    reply = await post(b_nearly_full, "filter", {"Pod": _sized("rank-0", "3"),
+                                                 "NodeNames": NAMES})
+    assert reply["NodeNames"] == ["node-a"], "node-b takes one of the three"
+
+
+@pytest.mark.parametrize("size", ["1", "4", "5"], ids=["alone", "fits-elsewhere", "fits-nowhere"])
+async def test_without_a_node_for_the_whole_gang_or_a_gang_of_one_the_policy_chooses(
+        b_nearly_full, size):
+    reply = await post(b_nearly_full, "filter", {"Pod": _sized("rank-0", size),
+                                                 "NodeNames": NAMES})
+    want = "node-a" if size == "4" else "node-b"
+    assert reply["NodeNames"] == [want]
+
+
+async def _filter_with(s: ExtenderState, policy: str, p: dict) -> list[str]:
+    app = make_app(Evaluator(s, parse_policy(policy)), _NoBinder(),  # type: ignore[arg-type]
+                   Metrics(s), ready=lambda: None, is_leader=lambda: False, choose_node=True)
+    async with TestClient(TestServer(app)) as client:
+        return (await post(client, "filter", {"Pod": p, "NodeNames": NAMES}))["NodeNames"]
+
+
+async def test_a_gang_pod_goes_where_its_gang_is_before_looking_for_room():
+    s = state_with(*(assigned(_sized(f"rank-{i}", "3"), "node-b", ["GPU-node-b-0"],
+                              allocated="main") for i in range(2)))
+    assert await _filter_with(s, "spread", _sized("rank-2", "3")) == ["node-b"]
+
+
+def test_room_is_tried_in_score_order_and_for_a_bounded_number_of_placements(monkeypatch):
+    """The extender's loop is single-threaded: a gang of 64 over 100 nodes where none has room
+    would try 2,100 placements. Nodes are tried best score first, and the search stops at
+    _ROOM_TRIES."""
+    from gpuslice.scheduler import prioritize
+
+    names = [f"n{i:03d}" for i in range(100)]
+    s = ExtenderState(timeout_s=30, clock=Clock())
+    for name in names:
+        s.on_node("ADDED", node(name))
+    ev = Evaluator(s, parse_policy("binpack"))
+    tried: list[str] = []
+    real = s.cluster.room
+    monkeypatch.setattr(s.cluster, "room", lambda p, pol, n, most: tried.append(n) or
+                        real(p, pol, n, most))
+    big = pod("rank-0", mem=1024, annotations={**GANG, dialects.GANG_SIZE_ANNOTATION: "64"})
+    assert not prioritize.gang_targets(ev, ev.cached(big, names), big, names), "no node has room"
+    # each node takes 20 (2 GPUs x 10 slices): 21 placements tried on each
+    assert tried == names[:-(-prioritize._ROOM_TRIES // 21)], "in score order, then it stops"
+
+
+async def test_pods_held_elsewhere_count_against_the_gangs_size():
+    """Two of a gang of four are on node-b, now full: the other two need a node with room for
+    both, not binpack's node-c, which takes one."""
+    def cluster() -> ExtenderState:
+        return state_with(*(assigned(_sized(f"rank-{i}", "4"), "node-b", ["GPU-node-b-0"],
+                                     allocated="main") for i in range(2)),
+                          *(assigned(pod(f"b-{i}", mem=8192), "node-b", ["GPU-node-b-1"],
+                                     allocated="main") for i in range(2)),
+                          *(assigned(pod(f"c-{i}", mem=8192), "node-c", [f"GPU-node-c-{i // 2}"],
+                                     allocated="main") for i in range(3)))
+    assert await _filter_with(cluster(), "binpack", _sized("rank-2", "4")) == ["node-a"]
+    assert await _filter_with(cluster(), "binpack", pod("rank-2", mem=8192, annotations=GANG)) \
+        == ["node-c"], "without the size: the policy's choice"

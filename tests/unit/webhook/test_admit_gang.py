@@ -74,3 +74,33 @@ def test_a_gang_on_the_dra_path_is_admitted_as_written_without_a_warning():
     assert not [op for op in decision.patch
                 if op["path"] in ("/metadata", "/metadata/annotations") or "gang" in op["path"]], \
         "left as written: the DRA driver reads the tenant's own annotation"
+
+
+SIZE = "gpuslice.io/gang-size"
+
+
+@pytest.mark.parametrize("value", ["1", "2", "8", "64"])
+def test_a_gang_size_is_a_tenant_annotation_left_as_written(value):
+    assert dialects.GANG_SIZE_ANNOTATION == SIZE and SIZE in TENANT_ANNOTATIONS
+    pod = gpu_pod(GPU, annotations={GANG: "train", SIZE: value})
+    decision = decide(pod)
+    assert decision.result is Result.PATCHED, decision.message
+    assert admitted(pod)["metadata"]["annotations"] == {GANG: "train", SIZE: value}
+    assert dialects.gang_size_of(pod) == int(value)
+
+
+@pytest.mark.parametrize("value", ["0", "65", "-2", "two", "", " 4", "4.0", "1e3", "٤"])
+def test_a_gang_size_that_is_no_count_is_denied_with_what_to_do(value):
+    (line,) = decide(gpu_pod(GPU, annotations={GANG: "train", SIZE: value})).message.splitlines()
+    assert line.startswith(f"pod: annotation {SIZE}=")
+    assert line.endswith(': must be a whole number from 1 to 64; give the number of the '
+                         'job\'s pods, e.g. "4"'), line
+
+
+def test_a_gang_size_without_a_gang_is_denied_and_with_a_bad_gang_only_the_gang_is_named():
+    (line,) = decide(gpu_pod(GPU, annotations={SIZE: "4"})).message.splitlines()
+    assert line == (f"pod: annotation {SIZE}=4: sizes a gang, but the pod names none; add "
+                    f"{GANG}: <job>, or remove {SIZE}")
+    (line,) = decide(gpu_pod(GPU, annotations={GANG: "Bad", SIZE: "4"})).message.splitlines()
+    assert line.startswith(f"pod: annotation {GANG}=Bad:")
+    assert dialects.gang_size_of(gpu_pod(GPU, annotations={GANG: "Bad", SIZE: "4"})) == 0

@@ -78,8 +78,8 @@ def test_a_gpu_pod_may_carry_only_the_keys_meant_for_tenants():
     lines = decide(pod).message.splitlines()
     assert lines == [
         "pod: annotation gpuslice.io/priority-boost: gpuslice.io/ annotations are written by "
-        "gpuslice only (a pod may set gpuslice.io/node-policy, gpuslice.io/gpu-policy and "
-        "gpuslice.io/gang); remove it",
+        "gpuslice only (a pod may set gpuslice.io/node-policy, gpuslice.io/gpu-policy, "
+        "gpuslice.io/gang and gpuslice.io/gang-size); remove it",
         "pod: label gpuslice.io/team: gpuslice.io/ labels are set by gpuslice only (a pod may "
         "set gpuslice.io/webhook); remove it"]
 
