@@ -189,7 +189,7 @@ async def test_a_pod_without_a_gpu_cannot_be_created_managed_with_a_forged_assig
                  annotations={"gpuslice.io/assignment": FORGED,
                               "gpuslice.io/bound-at": "2026-11-26T00:00:00.000000Z"})
     message = refused(*await guarded.create(attack),
-                      "gpuslice.io/gang; the others (assignment, bound-at, allocated) "
+                      "gpuslice.io/gang-size; the others (assignment, bound-at, allocated) "
                       "are written by gpuslice")
     assert "ValidatingAdmissionPolicy 't-gpuslice-placement-annotations'" in message
     assert not await exists(guarded, "miner")
