@@ -27,12 +27,7 @@ from gpuslice.scheduler.bind import Binder
 from gpuslice.scheduler.filter import Evaluator, Verdict, filter_reply, unfit_message
 from gpuslice.scheduler.metrics import Metrics
 from gpuslice.scheduler.preempt import preempt_reply
-from gpuslice.scheduler.prioritize import (
-    best_node,
-    gang_targets,
-    has_own_preferences,
-    prioritize_reply,
-)
+from gpuslice.scheduler.prioritize import best_node, has_own_preferences, prioritize_reply
 
 __all__ = ["NOT_LEADER", "make_app"]
 
@@ -120,8 +115,7 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
         t0 = time.perf_counter()
         try:
             args, verdict, names = await evaluate(request, as_filtered=True)
-            reply = prioritize_reply(ev, verdict, names,
-                                     gang_targets(ev, verdict, args.Pod, names))
+            reply = prioritize_reply(ev, verdict, names, args.Pod)
         except wire.WireError as exc:
             return web.Response(status=400, text=f"{exc}\n")
         except _Starting as exc:

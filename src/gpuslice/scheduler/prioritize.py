@@ -77,9 +77,10 @@ def _scores(ev: Evaluator, v: Verdict, names: list[str]) -> Mapping[str, int]:
 
 
 def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str],
-                     together: Collection[str] = ()) -> list[wire.HostPriority]:
-    """`together`: gang_targets of the pod; those that fit score the maximum."""
+                     pod: Mapping[str, Any] | None = None) -> list[wire.HostPriority]:
+    """The pod's gang_targets that fit score the maximum."""
     scores = _scores(ev, v, names)
+    together = gang_targets(ev, v, pod, names, scores) if pod is not None else ()
     if together:
         scores = {**scores, **{n: _MAX_SCORE for n in together if n in scores}}
     return list(map(wire.HostPriority, names, map(scores.get, names, repeat(0))))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gpuslice import codec, dialects, handoff
@@ -57,6 +58,12 @@ def test_a_pod_being_bound_counts_for_its_gang_before_the_watch_shows_it():
     assert not s.gang_nodes("default", "train"), "a bind that failed holds no gang node"
 
 
+def extender(s: ExtenderState, policy: str) -> web.Application:
+    """The extender's app on `s`, the filter answering its best node alone."""
+    return make_app(Evaluator(s, parse_policy(policy)), _NoBinder(),  # type: ignore[arg-type]
+                    Metrics(s), ready=lambda: None, is_leader=lambda: False, choose_node=True)
+
+
 @pytest.fixture
 async def gang_on_a() -> AsyncIterator[TestClient]:
     """node-b the fullest (binpack's choice); a pod of gang `train` held on node-a."""
@@ -64,9 +71,7 @@ async def gang_on_a() -> AsyncIterator[TestClient]:
                             allocated="main"),
                    assigned(pod("rank-0", mem=2048, annotations=GANG), "node-a",
                             ["GPU-node-a-0"], allocated="main"))
-    app = make_app(Evaluator(s, parse_policy("binpack")), _NoBinder(),  # type: ignore[arg-type]
-                   Metrics(s), ready=lambda: None, is_leader=lambda: False, choose_node=True)
-    async with TestClient(TestServer(app)) as client:
+    async with TestClient(TestServer(extender(s, "binpack"))) as client:
         yield client
 
 
@@ -104,9 +109,7 @@ async def test_the_filters_choice_holds_the_gang_until_its_bind_arrives():
     s = ExtenderState(timeout_s=30, clock=clock)
     for name in NAMES:
         s.on_node("ADDED", node(name))
-    app = make_app(Evaluator(s, parse_policy("spread")), _NoBinder(),  # type: ignore[arg-type]
-                   Metrics(s), ready=lambda: None, is_leader=lambda: False, choose_node=True)
-    async with TestClient(TestServer(app)) as http:
+    async with TestClient(TestServer(extender(s, "spread"))) as http:
         first = await post(http, "filter", {"Pod": pod("rank-0", annotations=GANG),
                                             "NodeNames": NAMES})
         s.on_pod("ADDED", assigned(pod("other", mem=8192), first["NodeNames"][0],
@@ -140,9 +143,7 @@ async def b_nearly_full() -> AsyncIterator[TestClient]:
     """binpack prefers node-b, which has room for one more 8 GiB pod; node-a and node-c for four."""
     s = state_with(*(assigned(pod(f"held-{i}", mem=8192), "node-b", [f"GPU-node-b-{i // 2}"],
                               allocated="main") for i in range(3)))
-    app = make_app(Evaluator(s, parse_policy("binpack")), _NoBinder(),  # type: ignore[arg-type]
-                   Metrics(s), ready=lambda: None, is_leader=lambda: False, choose_node=True)
-    async with TestClient(TestServer(app)) as client:
+    async with TestClient(TestServer(extender(s, "binpack"))) as client:
         yield client
 
 
@@ -166,9 +167,7 @@ async def test_without_a_node_for_the_whole_gang_or_a_gang_of_one_the_policy_cho
 
 
 async def _filter_with(s: ExtenderState, policy: str, p: dict) -> list[str]:
-    app = make_app(Evaluator(s, parse_policy(policy)), _NoBinder(),  # type: ignore[arg-type]
-                   Metrics(s), ready=lambda: None, is_leader=lambda: False, choose_node=True)
-    async with TestClient(TestServer(app)) as client:
+    async with TestClient(TestServer(extender(s, policy))) as client:
         return (await post(client, "filter", {"Pod": p, "NodeNames": NAMES}))["NodeNames"]
 
 
