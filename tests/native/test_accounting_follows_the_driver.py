@@ -217,6 +217,36 @@ def test_a_context_is_not_charged_what_its_slice_allocated_while_it_was_created(
                 proc.wait()
 
 
+@pytest.mark.parametrize("pids", ["same namespace", "container"])
+def test_a_peer_that_appears_holding_its_slices_bytes_is_not_taken_for_this_process(
+    gs: Harness, pids: str
+) -> None:
+    # A context the driver lists no memory for (the fake's default) never shows A in NVML's list.
+    # B, of the same slice, shows up there during A's creation with the 16 MiB it allocated:
+    # the region's charges account for all the device grew by, so that pid is not A's, and A's
+    # context is charged nothing (the sigkill-recovery test's four holders met this at random).
+    extra = HOST_PIDS if pids == "container" else {}
+    slow = gs.spawn(
+        "init", "ctx", "info", "hold", limit=CAP, extra={**extra, "FAKE_CUDA_CONTEXT_DELAY_MS": "1500"}
+    )
+    fast = None
+    try:
+        read_line(slow, "init")
+        fast = gs.spawn("init", "ctx", "alloc", 16 * MiB, "hold", limit=CAP, extra=extra)
+        assert read_line(fast, "alloc").rc == CUDA_SUCCESS
+        charged = LIMIT - read_line(slow, "info", timeout=10).int("free")
+        assert charged == 16 * MiB, f"B's 16 MiB alone; charged {charged / MiB:.0f} MiB"
+        slot = next(p for p in Region.read(gs.region).processes if p.pid == slow.pid)
+        assert slot.nvml_pid != fast.pid + int(extra.get("FAKE_NVML_PID_OFFSET", 0)), (
+            f"A took B's pid for its own: {slot}"
+        )
+    finally:
+        for proc in (slow, fast):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+
+
 @pytest.mark.parametrize(
     ("sync", "via"),
     [

@@ -47,24 +47,27 @@ struct gs_ctx_sample {
     uint64_t device; /* device used bytes, UINT64_MAX if NVML cannot tell */
     uint64_t self;   /* this process's used bytes (0 while not listed) */
     int listed;      /* NVML lists this process on the device */
-    uint64_t region; /* the region's charges: committed before, committed + pending after */
+    uint64_t region; /* the region's charges, committed + pending */
     int nprocs;      /* processes NVML lists, -1 if it cannot */
     unsigned pids[GS_NVML_MAX_PROCS];
     uint64_t procs_used[GS_NVML_MAX_PROCS];
 };
 
-/* The region is read after the device before the creation and ahead of it after, so that an
- * allocation racing a read can only make the context look bigger (the cap keeps holding). */
+/* A region charge is published (pending) before its driver call and the device shows it after, so
+ * reading the region right after the device before the creation and right ahead of it after
+ * counts, both times, every allocation the device shows. Only one still pending across a read can
+ * make the context look bigger (the cap keeps holding). Committed charges alone, read after the
+ * slow process list, charged a peer's whole allocation in that window to this context. */
 static void gs_ctx_sample(int dev, int after, struct gs_ctx_sample *s)
 {
     uint64_t v;
     if (after) s->region = gs_account_total(dev);
     s->device = gs_nvml_cuda_device_used(dev, &v) == 0 ? v : UINT64_MAX;
+    if (!after) s->region = gs_account_total(dev);
     s->nprocs = gs_nvml_processes(dev, s->pids, s->procs_used, GS_NVML_MAX_PROCS);
     int i = gs_nvml_find_self(s->pids, s->nprocs);
     s->listed = i >= 0;
     s->self = i >= 0 ? s->procs_used[i] : 0;
-    if (!after) s->region = gs_account_used(dev);
 }
 
 static void gs_ctx_no_sample(struct gs_ctx_sample *s)
@@ -77,15 +80,18 @@ static void gs_ctx_no_sample(struct gs_ctx_sample *s)
 }
 
 /* Where NVML lists host pids to a container, the one process that appeared while our context was
- * created, holding no more than the device total grew by, is us: adopt its pid so that NVML's
- * per-process memory (this footprint, the driver overhead below, the node agent's watchdog)
- * works as it does outside containers. Two processes appearing at once → not adopted; this
- * context is charged the device delta and the next creation tries again. */
+ * created, holding no more than the device total grew by beyond the region's own charges, is us:
+ * adopt its pid so that NVML's per-process memory (this footprint, the driver overhead below, the
+ * node agent's watchdog) works as it does outside containers. Two processes appearing at once →
+ * not adopted; this context is charged the device delta and the next creation tries again. A
+ * peer of the slice that shows up with only what it allocated (a context NVML lists no memory for
+ * never shows us) is not us: the region's charges account for it. */
 static void gs_ctx_find_self(const struct gs_ctx_sample *before, struct gs_ctx_sample *after)
 {
-    if (before->nprocs < 0 || after->nprocs < 0 || before->device == UINT64_MAX || after->device == UINT64_MAX ||
-        after->device < before->device)
+    if (before->nprocs < 0 || after->nprocs < 0 || before->device == UINT64_MAX || after->device == UINT64_MAX)
         return;
+    int64_t grew = (int64_t)(after->device - before->device) - (int64_t)(after->region - before->region);
+    if (grew <= 0) return;
     int found = -1;
     for (int i = 0; i < after->nprocs; i++) {
         int seen = 0;
@@ -94,7 +100,7 @@ static void gs_ctx_find_self(const struct gs_ctx_sample *before, struct gs_ctx_s
         if (found >= 0) return;
         found = i;
     }
-    if (found < 0 || after->procs_used[found] > after->device - before->device) return;
+    if (found < 0 || after->procs_used[found] > (uint64_t)grew) return;
     gs_nvml_adopt_pid(after->pids[found]);
     GS_INFO("NVML lists this process as pid %u (another pid namespace)", after->pids[found]);
     gs_ctx_reconcile_resume();
