@@ -9,8 +9,11 @@ suite runs 10 and 13); the fake driver models each behaviour (native/fake)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
-from harness import CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, Harness, MiB, read_line
+from harness import CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS, Harness, MiB, Spawned, read_line
 
 from gpuslice.shim import Region
 
@@ -154,34 +157,45 @@ def test_memory_the_driver_takes_after_the_context_is_charged(gs: Harness, pids:
     assert (before, after) == (8 * MiB, 24 * MiB), res.describe()
 
 
-def test_with_two_new_processes_in_sight_a_context_is_charged_the_device_delta(
-    gs: Harness,
-) -> None:
-    # A's context is created while B starts: two host pids appear, so A cannot tell which is its
-    # own and is charged the device-wide delta (its 8 MiB + the 6 MiB no process is listed for).
+@contextmanager
+def peer_during_slow_creation(
+    gs: Harness, fast_cmds: tuple[object, ...], ctx_mib: int, extra: dict[str, str]
+) -> Iterator[tuple[Spawned, Spawned]]:
+    """A (`init ctx info hold`, its context creation stretched to 1.5 s) and B (`fast_cmds`, then
+    `hold`), started while A creates its context; both of one slice."""
     slow = gs.spawn(
         "init",
         "ctx",
         "info",
         "hold",
         limit=CAP,
-        ctx_mib=8,
-        extra={**UNLISTED, **HOST_PIDS, "FAKE_CUDA_CONTEXT_DELAY_MS": "1500"},
+        ctx_mib=ctx_mib,
+        extra={**extra, "FAKE_CUDA_CONTEXT_DELAY_MS": "1500"},
     )
     fast = None
     try:
         read_line(slow, "init")
-        fast = gs.spawn(
-            "init", "ctx", "info", "hold", limit=CAP, ctx_mib=8, extra={**UNLISTED, **HOST_PIDS}
-        )
-        assert LIMIT - read_line(fast, "info").int("free") == 8 * MiB, "B alone found its host pid"
-        charged = LIMIT - read_line(slow, "info", timeout=10).int("free")
-        assert charged == (8 + 8 + 6 + 6) * MiB, f"charged {charged / MiB:.0f} MiB"
+        fast = gs.spawn(*fast_cmds, "hold", limit=CAP, ctx_mib=ctx_mib, extra=extra)
+        yield slow, fast
     finally:
         for proc in (slow, fast):
             if proc is not None:
                 proc.kill()
                 proc.wait()
+
+
+def test_with_two_new_processes_in_sight_a_context_is_charged_the_device_delta(
+    gs: Harness,
+) -> None:
+    # A's context is created while B starts: two host pids appear, so A cannot tell which is its
+    # own and is charged the device-wide delta (its 8 MiB + the 6 MiB no process is listed for).
+    with peer_during_slow_creation(gs, ("init", "ctx", "info"), 8, {**UNLISTED, **HOST_PIDS}) as (
+        slow,
+        fast,
+    ):
+        assert LIMIT - read_line(fast, "info").int("free") == 8 * MiB, "B alone found its host pid"
+        charged = LIMIT - read_line(slow, "info", timeout=10).int("free")
+        assert charged == (8 + 8 + 6 + 6) * MiB, f"charged {charged / MiB:.0f} MiB"
 
 
 def test_a_context_is_not_charged_what_its_slice_allocated_while_it_was_created(
@@ -189,32 +203,15 @@ def test_a_context_is_not_charged_what_its_slice_allocated_while_it_was_created(
 ) -> None:
     # Processes of one slice starting together: B allocates 16 MiB while A's context is being
     # created. The device-wide delta A sees includes B's context and bytes; they are B's.
-    container = HOST_PIDS
-    slow = gs.spawn(
-        "init",
-        "ctx",
-        "info",
-        "hold",
-        limit=CAP,
-        ctx_mib=8,
-        extra={**container, "FAKE_CUDA_CONTEXT_DELAY_MS": "1500"},
-    )
-    fast = None
-    try:
-        read_line(slow, "init")
-        fast = gs.spawn(
-            "init", "ctx", "alloc", 16 * MiB, "hold", limit=CAP, ctx_mib=8, extra=container
-        )
+    with peer_during_slow_creation(gs, ("init", "ctx", "alloc", 16 * MiB), 8, HOST_PIDS) as (
+        slow,
+        fast,
+    ):
         assert read_line(fast, "alloc").rc == CUDA_SUCCESS
         charged = LIMIT - read_line(slow, "info", timeout=10).int("free")
         assert charged == (8 + 8 + 16) * MiB, (
             f"two 8 MiB contexts and 16 MiB make 32 MiB; charged {charged / MiB:.0f} MiB"
         )
-    finally:
-        for proc in (slow, fast):
-            if proc is not None:
-                proc.kill()
-                proc.wait()
 
 
 @pytest.mark.parametrize("pids", ["same namespace", "container"])
@@ -226,13 +223,10 @@ def test_a_peer_that_appears_holding_its_slices_bytes_is_not_taken_for_this_proc
     # the region's charges account for all the device grew by, so that pid is not A's, and A's
     # context is charged nothing (the sigkill-recovery test's four holders met this at random).
     extra = HOST_PIDS if pids == "container" else {}
-    slow = gs.spawn(
-        "init", "ctx", "info", "hold", limit=CAP, extra={**extra, "FAKE_CUDA_CONTEXT_DELAY_MS": "1500"}
-    )
-    fast = None
-    try:
-        read_line(slow, "init")
-        fast = gs.spawn("init", "ctx", "alloc", 16 * MiB, "hold", limit=CAP, extra=extra)
+    with peer_during_slow_creation(gs, ("init", "ctx", "alloc", 16 * MiB), 0, extra) as (
+        slow,
+        fast,
+    ):
         assert read_line(fast, "alloc").rc == CUDA_SUCCESS
         charged = LIMIT - read_line(slow, "info", timeout=10).int("free")
         assert charged == 16 * MiB, f"B's 16 MiB alone; charged {charged / MiB:.0f} MiB"
@@ -240,11 +234,6 @@ def test_a_peer_that_appears_holding_its_slices_bytes_is_not_taken_for_this_proc
         assert slot.nvml_pid != fast.pid + int(extra.get("FAKE_NVML_PID_OFFSET", 0)), (
             f"A took B's pid for its own: {slot}"
         )
-    finally:
-        for proc in (slow, fast):
-            if proc is not None:
-                proc.kill()
-                proc.wait()
 
 
 @pytest.mark.parametrize(
