@@ -3,6 +3,7 @@
 Owns: `Informer.run()`: list (paged), deliver every object as ADDED, set `synced`, then watch
 from the list's resourceVersion with bookmarks, keeping the last resourceVersion seen. `store`
 maps "namespace/name" (or "name") to the trimmed object; `handler(Change)` sees each change.
+`observe` / `observe_gone` apply what a GET found as the watch would (scheduler/recheck.py).
 Invariants: the handler's view never goes backwards: a change is delivered only when the
 object's resourceVersion is newer than the one held, compared as integers when both are
 (etcd-backed servers, i.e. every real one); otherwise (opaque versions) it is delivered. A
@@ -294,6 +295,21 @@ class Informer(Generic[T]):
                     yield msgspec.json.decode(line)
             finally:
                 await response.aclose()
+
+    async def observe(self, obj: dict[str, Any]) -> None:
+        """Apply an object of this informer's selection read outside the watch (a GET), as
+        its watch event would be: delivered only if newer than what the handler has seen, and
+        the watch's older events about it are then dropped."""
+        await self._apply("MODIFIED", obj)
+
+    async def observe_gone(self, key: str) -> None:
+        """A GET found no object `key`: deliver its deletion now. The watch's own comes later
+        and changes nothing; a watch event about it newer than the version held (its deletion
+        under way, say) still shows it until then."""
+        held = self._versions.get(key)
+        if held is not None:
+            self._forget(key, held[0])
+            await self._deliver(Change("DELETED", key, self.store.pop(key, None), None))
 
     # -- keeping the view ------------------------------------------------------------------
     def _key(self, meta: Mapping[str, Any]) -> str:

@@ -8,6 +8,8 @@ scheduler profile: a pod that names another scheduler passes filter untouched an
 without an assignment (bind.py).
 Does not: decide anything (filter.py, prioritize.py, bind.py) or start services (service.py).
 POST /preempt keeps only the preemption candidates whose victims free enough GPU (preempt.py).
+A filter that would leave a pod no node because of pods in flight has those read again first
+(recheck.py).
 Tests: tests/unit/scheduler/test_app.py
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection
 
 from aiohttp import web
 
@@ -24,7 +26,7 @@ from gpuslice.errors import RequestError
 from gpuslice.kube.events import EventRecorder
 from gpuslice.scheduler import wire
 from gpuslice.scheduler.bind import Binder
-from gpuslice.scheduler.filter import Evaluator, Verdict, filter_reply, unfit_message
+from gpuslice.scheduler.filter import Evaluator, Verdict, filter_reply, unfit_message, waited_for
 from gpuslice.scheduler.metrics import Metrics
 from gpuslice.scheduler.preempt import preempt_reply
 from gpuslice.scheduler.prioritize import best_node, has_own_preferences, prioritize_reply
@@ -53,10 +55,13 @@ def _json(obj: object) -> web.Response:
 def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable[[], str | None],
              is_leader: Callable[[], bool], recorder: EventRecorder | None = None,
              starting: Callable[[], str | None] = lambda: None,
-             choose_node: bool = False) -> web.Application:
+             choose_node: bool = False,
+             recheck: Callable[[Collection[str]], Awaitable[bool]] | None = None
+             ) -> web.Application:
     """`starting()` says why the cache cannot answer yet (None once synced): until then every
     verb answers an error, which kube-scheduler retries, never a wrong "no GPU inventory".
-    `choose_node`: filter answers only the best fitting node (chooseNodeInFilter)."""
+    `choose_node`: filter answers only the best fitting node (chooseNodeInFilter). `recheck`:
+    reads pods in flight again before a filter leaves a pod no node (recheck.py)."""
 
     async def evaluate(request: web.Request, *, as_filtered: bool = False
                        ) -> tuple[wire.ExtenderArgs, Verdict, list[str]]:
@@ -66,12 +71,14 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
         args = wire.decode(await request.read(), wire.ExtenderArgs)
         if not ev.ours(args.Pod):
             raise _NotOurs(args)
+        return (args, *judge(args, as_filtered=as_filtered))
+
+    def judge(args: wire.ExtenderArgs, *, as_filtered: bool = False
+              ) -> tuple[Verdict, list[str]]:
         if args.NodeNames is not None:
-            return args, ev.cached(args.Pod, args.NodeNames, as_filtered=as_filtered), \
-                args.NodeNames
+            return ev.cached(args.Pod, args.NodeNames, as_filtered=as_filtered), args.NodeNames
         if args.Nodes is not None:
-            verdict, names = ev.given(args.Pod, args.Nodes)
-            return args, verdict, names
+            return ev.given(args.Pod, args.Nodes)
         raise wire.WireError("ExtenderArgs body: both Nodes and NodeNames are null; "
                              "send one of them")
 
@@ -85,6 +92,10 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
         except (wire.WireError, RequestError, _Starting) as exc:
             return _json(wire.FilterResult(Error=str(exc)))
         reply = filter_reply(verdict, names)
+        if not reply.NodeNames and recheck is not None \
+                and await recheck(waited_for(verdict, names)):  # the watch may lag (recheck.py)
+            verdict, names = judge(args)
+            reply = filter_reply(verdict, names)
         if args.Nodes is not None:  # answer in the request's shape: the fitting Node objects
             keep = set(reply.NodeNames or ())
             items = [raw for raw, name in zip(args.Nodes.items, names, strict=True)

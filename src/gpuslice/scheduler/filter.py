@@ -33,7 +33,8 @@ from gpuslice.model import PodRequest
 from gpuslice.scheduler import wire
 from gpuslice.scheduler.state import ExtenderState
 
-__all__ = ["UNACCOUNTED", "WAITING", "Evaluator", "Verdict", "filter_reply", "unfit_message"]
+__all__ = ["UNACCOUNTED", "WAITING", "Evaluator", "Verdict", "filter_reply", "unfit_message",
+           "waited_for"]
 
 WAITING = "waiting for pod {} to be allocated on this node"
 UNACCOUNTED = "node has GPU assignments gpuslice cannot account for"
@@ -50,6 +51,7 @@ class Refusal(msgspec.Struct, frozen=True):
     reason: str  # short, identical across nodes for one cause
     resolvable: bool
     detail: str  # this node's numbers (logs, events)
+    waits_for: str = ""  # WAITING: the key of the pod in flight (recheck.py reads it again)
 
 
 Refused = Rejection | Refusal  # a Rejection words its detail only when it is read
@@ -272,7 +274,7 @@ def _blocking(name: str, by: Mapping[tuple[str, int], list[handoff.Flight]],
     f = handoff.blocking_flight(requests, shape, flights, key=v.pod.key)
     return None if f is None else Refusal(
         WAITING.format(f.key), False, f"its first device request {f.pending[0].resource}="
-        f"{f.pending[0].quantity} looks the same to the node agent"), keep
+        f"{f.pending[0].quantity} looks the same to the node agent", f.key), keep
 
 
 def _memory_per_gpu(pod: PodRequest, pl: Placement) -> dict[str, int]:
@@ -285,6 +287,12 @@ def _memory_per_gpu(pod: PodRequest, pl: Placement) -> dict[str, int]:
                 else size * s.memory_percent // 100  # type: ignore[operator]
                 for s in pod.slices}
     return {c.container: c.slices[0].memory_mib for c in pl.assignment.containers if c.slices}
+
+
+def waited_for(v: Verdict, names: list[str]) -> set[str]:
+    """The pods in flight that keep the pod off any of `names`."""
+    return {r.waits_for for n in names if isinstance(r := v.failed.get(n), Refusal)
+            and r.waits_for}
 
 
 def filter_reply(v: Verdict, names: list[str]) -> wire.FilterResult:

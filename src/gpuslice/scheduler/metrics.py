@@ -1,7 +1,7 @@
 """The extender's Prometheus metrics, in its own registry (served at /metrics by ops.py).
 
-Owns: request latency per verb, pods placed, pods refused by reason, bind failures, gangs split
-over nodes, leadership,
+Owns: request latency per verb, pods placed, pods refused by reason, flights read again
+(recheck.py), bind failures, gangs split over nodes, leadership,
 and the per-GPU allocation (memory, cores, slices) read from the state at scrape time (a
 collector: 40,000 GPUs cost nothing between scrapes).
 Tests: tests/unit/scheduler/test_app.py
@@ -54,6 +54,10 @@ class Metrics:
         self.refused = Counter("gpuslice_scheduler_pods_refused",
                                "filter calls that left a pod no node, by the most common reason",
                                ["reason"], registry=self.registry)
+        self.rechecks = Counter("gpuslice_scheduler_flight_rechecks",
+                                "filter calls that read again the pods in flight that left a "
+                                "pod no node, by what the reads found", ["result"],
+                                registry=self.registry)
         self.bind_failed = Counter("gpuslice_scheduler_bind_failures",
                                    "bind calls answered with an error", registry=self.registry)
         self.gang_split = Counter("gpuslice_scheduler_gang_splits",

@@ -37,6 +37,7 @@ from gpuslice.scheduler.config import SchedulerConfig
 from gpuslice.scheduler.filter import Evaluator
 from gpuslice.scheduler.follow import LeaseFollower
 from gpuslice.scheduler.metrics import Metrics
+from gpuslice.scheduler.recheck import FlightRecheck
 from gpuslice.scheduler.state import ExtenderState, trim_node, trim_pod
 
 __all__ = ["Extender", "serve"]
@@ -100,7 +101,9 @@ class Extender:
         return routes.make_app(self.evaluator, self.binder, self.metrics, ready=self.starting,
                                is_leader=self.is_leader, recorder=self.recorder,
                                starting=self.starting,
-                               choose_node=self.cfg.choose_node_in_filter)
+                               choose_node=self.cfg.choose_node_in_filter,
+                               recheck=FlightRecheck(self.client, self.pods, self.state,
+                                                     self.metrics.rechecks))
 
     # -- life cycle --------------------------------------------------------------------------
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:

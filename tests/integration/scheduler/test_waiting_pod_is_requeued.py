@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import yaml
 from lightkube.resources.core_v1 import Event, Pod
 from sched_helpers import Running, create, pod_obj, ready_node, wait_for
 
+from gpuslice import handoff
 from gpuslice.kube.client import dict_view
 
 DEPLOY = Path(__file__).parents[3] / "deploy" / "scheduler" / "kube-scheduler-config.yaml"
@@ -35,7 +37,25 @@ def kube_scheduler_config(url: str) -> dict[str, Any]:
     return config
 
 
-async def test_a_pod_waiting_for_an_in_flight_pod_is_bound_once_that_pod_is_allocated(kube_api):
+def lag_the_mark(running: Running, seconds: float) -> None:
+    """The extender's pod watch (not started yet) shows the allocated mark `seconds` after it
+    comes: kube-scheduler sees it first and tries the waiting pod while the extender still has
+    'first' in flight."""
+    informer = running.ext.pods
+    stream = informer._stream
+
+    async def late() -> AsyncIterator[Any]:
+        async for event in stream():
+            annotations = event["object"]["metadata"].get("annotations") or {}
+            if handoff.ALLOCATED in annotations:
+                await asyncio.sleep(seconds)
+            yield event
+    informer._stream = late  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("watch", ["in step", "late"])
+async def test_a_pod_waiting_for_an_in_flight_pod_is_bound_once_that_pod_is_allocated(
+        kube_api, watch):
     plane = kube_api.control_plane
     if plane.assets.kube_scheduler is None:
         pytest.fail(f"{plane.assets.folder} has no kube-scheduler (tools/kube/build.sh)")
@@ -46,7 +66,10 @@ async def test_a_pod_waiting_for_an_in_flight_pod_is_bound_once_that_pod_is_allo
         return str((await admin.get(dict_view(Pod), name, namespace="default"))["spec"]
                    .get("nodeName") or "")
 
-    async with Running(kube_api) as ext:
+    running = Running(kube_api)
+    if watch == "late":
+        lag_the_mark(running, 1.5)
+    async with running as ext:
         scheduler = plane.start_scheduler(kube_scheduler_config(ext.url))
         try:
             await create(admin, pod_obj("first", mem=4096))
