@@ -450,6 +450,9 @@ def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
     return out
 
 
+RECHECKS = "gpuslice_scheduler_flight_rechecks_total"
+
+
 def metric(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str,
            **labels: str) -> float:
     """The sum of `name` over the series that carry `labels`."""
@@ -1099,8 +1102,8 @@ async def burst(tier: Tier, count: int = 30, seed: int = 1, timeout: float = 150
     rng = random.Random(seed)
     shapes = [s for s, w in BURST_SHAPES for _ in range(w)]
     bodies = [pod_body(f"burst-{i:03d}", ns, rng.choice(shapes)) for i in range(count)]
-    refused_before = metric(tier.services.extender_metrics(),
-                            "gpuslice_scheduler_pods_refused_total",
+    ext_before = tier.services.extender_metrics()
+    refused_before = metric(ext_before, "gpuslice_scheduler_pods_refused_total",
                             reason="waiting for an in-flight pod")
     before = tier.node.agent_metrics()
     swaps_before = metric(before, "gpuslice_allocate_swaps_total")
@@ -1173,6 +1176,7 @@ async def burst(tier: Tier, count: int = 30, seed: int = 1, timeout: float = 150
                "waiting for pod" in e.get("message", "")]
     held = {e["involvedObject"]["name"] for e in waiting}
     agent = tier.node.agent_metrics()
+    ext_after = tier.services.extender_metrics()
     names = [b["metadata"]["name"] for b in bodies]
     shape_of = {b["metadata"]["name"]: ",".join(f"{k.split('/')[1]}={v}" for k, v in sorted(
         b["spec"]["containers"][0]["resources"]["limits"].items())) for b in bodies}
@@ -1199,8 +1203,12 @@ async def burst(tier: Tier, count: int = 30, seed: int = 1, timeout: float = 150
             "extender_nogpufit_events": sum(int(e.get("count") or 1) for e in events
                                             if e.get("reason") == "NoGPUFit"),
             "extender_filter_refusals": metric(
-                tier.services.extender_metrics(), "gpuslice_scheduler_pods_refused_total",
-                reason="waiting for an in-flight pod") - refused_before},
+                ext_after, "gpuslice_scheduler_pods_refused_total",
+                reason="waiting for an in-flight pod") - refused_before,
+            # filters that read the pods in flight again first (scheduler/recheck.py)
+            "extender_rechecks": {r: metric(ext_after, RECHECKS, result=r)
+                                  - metric(ext_before, RECHECKS, result=r)
+                                  for r in ("flight ended", "still in flight", "read failed")}},
         "overcommitted_gpus": over["overcommitted_gpus"], "per_gpu": over["per_gpu"],
         "devices_not_on_assigned_gpus": wrong_devices,
         "swaps": {"by_agent": metric(agent, "gpuslice_allocate_swaps_total") - swaps_before,
