@@ -11,9 +11,9 @@ Also: a pod that names a `gpuslice.io/gang` goes where its gang's pods are held,
 filter last chose for one (its bind may still be on the way), when one of those nodes fits;
 where none does and the pod says how many pods the gang has (`gpuslice.io/gang-size`), to a
 node that takes all of them still to come (`gang_targets`; in prioritize they score the
-maximum): the in-container library couples the compute budgets of a gang's pods only on one
-node (docs/compute.md "Ranks of one job"), so ranks on two nodes could stall each other under a
-compute limit.
+maximum, every other node 0): the in-container library couples the compute budgets of a gang's
+pods only on one node (docs/compute.md "Ranks of one job"), so ranks on two nodes could stall
+each other under a compute limit.
 Invariants: scores are otherwise the allocator's (ClusterState.prioritize, or the same scores
 kept with the filter's result: the node policy applied to how full the node will be with the
 pod), so prioritize and `gpuslice simulate` agree for pods without a gang.
@@ -40,7 +40,8 @@ _ROOM_TRIES = 1024  # placements tried for a gang's room per call: ~60 ms on a 2
 def gang_targets(ev: Evaluator, v: Verdict, pod: Mapping[str, Any], names: Collection[str],
                  scores: Mapping[str, int] | None = None) -> Collection[str]:
     """Where the pod's gang wants it among `names`: the nodes holding pods of the gang (none
-    without one); where none of those fits and the gang's size is given, the best-scoring
+    without one); where none of those is offered and fits and the gang's size is given, the
+    best-scoring
     fitting node with room for every pod of the gang not yet held, this one included. Room is
     tried in score order for at most _ROOM_TRIES placements (the loop is the extender's)."""
     g = gang_key(pod)
@@ -48,7 +49,8 @@ def gang_targets(ev: Evaluator, v: Verdict, pod: Mapping[str, Any], names: Colle
         return ()
     held = ev.state.gang_nodes(*g)
     need = dialects.gang_size_of(pod) - sum(ev.state.gang_held(*g).values())
-    if need <= 1 or any(n in v.fits for n in held):
+    offered = names if isinstance(names, set | frozenset | dict) else set(names)
+    if need <= 1 or any(n in v.fits and n in offered for n in held):
         return held
     scores = _scores(ev, v, list(names)) if scores is None else scores
     tries = 0
@@ -78,11 +80,14 @@ def _scores(ev: Evaluator, v: Verdict, names: list[str]) -> Mapping[str, int]:
 
 def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str],
                      pod: Mapping[str, Any] | None = None) -> list[wire.HostPriority]:
-    """The pod's gang_targets that fit score the maximum."""
+    """The pod's gang_targets that fit score the maximum, and then every other node 0: the
+    policy could score another node the maximum too (binpack, the fullest), and a gang split
+    over nodes is worth more than any policy difference (its compute limits couple on one
+    node only)."""
     scores = _scores(ev, v, names)
     together = gang_targets(ev, v, pod, names, scores) if pod is not None else ()
-    if together:
-        scores = {**scores, **{n: _MAX_SCORE for n in together if n in scores}}
+    if any(n in scores for n in together):
+        scores = {n: _MAX_SCORE if n in together else 0 for n in scores}
     return list(map(wire.HostPriority, names, map(scores.get, names, repeat(0))))
 
 

@@ -81,7 +81,8 @@ async def test_a_gang_pod_joins_its_gang_over_the_policys_choice(gang_on_a):
     assert reply["NodeNames"] == ["node-a"]
     scores = await post(gang_on_a, "prioritize", {"Pod": pod("rank-1", annotations=GANG),
                                                   "NodeNames": NAMES})
-    assert {h["Host"]: h["Score"] for h in scores}["node-a"] == 10
+    assert {h["Host"]: h["Score"] for h in scores} == {"node-a": 10, "node-b": 0, "node-c": 0}, \
+        "binpack's fullest node (node-b) would score 10 too: kube-scheduler could choose it"
 
 
 @pytest.mark.parametrize("annotations", [{}, {dialects.GANG_ANNOTATION: "eval"},
@@ -211,3 +212,15 @@ async def test_pods_held_elsewhere_count_against_the_gangs_size():
     assert await _filter_with(cluster(), "binpack", _sized("rank-2", "4")) == ["node-a"]
     assert await _filter_with(cluster(), "binpack", pod("rank-2", mem=8192, annotations=GANG)) \
         == ["node-c"], "without the size: the policy's choice"
+
+
+async def test_a_gang_node_that_kube_scheduler_did_not_offer_does_not_stop_the_search_for_room():
+    """rank-0 of three is on node-a, which kube-scheduler's own filters removed this time: the
+    other two need a node with room for both among those offered, not binpack's node-b."""
+    s = state_with(*(assigned(pod(f"held-{i}", mem=8192), "node-b", [f"GPU-node-b-{i // 2}"],
+                              allocated="main") for i in range(3)),
+                   assigned(_sized("rank-0", "3"), "node-a", ["GPU-node-a-0"], allocated="main"))
+    async with TestClient(TestServer(extender(s, "binpack"))) as client:
+        reply = await post(client, "filter", {"Pod": _sized("rank-1", "3"),
+                                              "NodeNames": ["node-b", "node-c"]})
+    assert reply["NodeNames"] == ["node-c"], "node-b takes one of the two"
