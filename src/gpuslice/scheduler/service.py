@@ -1,7 +1,7 @@
 """The running extender: client, the two informers, leader election, the sweeper and HTTP.
 
-Owns: wiring the parts (ExtenderState fed by a Node informer and a managed-Pod informer through
-the trimmers; Evaluator, Binder, Metrics, routes), readiness (both caches synced; leadership is
+Owns: wiring the parts (ExtenderState fed by a Node informer and an informer of bound managed Pods
+through the trimmers; Evaluator, Binder, Metrics, routes), readiness (both caches synced; leadership is
 not part of it: a follower is ready for its role, answering filter/prioritize and refusing bind,
 and a readiness that waited for the Lease would never let a rolling update finish; the
 `gpuslice_scheduler_leader` gauge says which replica leads), and `serve` for the CLI.
@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 from lightkube import AsyncClient
+from lightkube import operators as op
 from lightkube.resources.core_v1 import Node, Pod
 
 from gpuslice import handoff, ops
@@ -63,7 +64,10 @@ class Extender:
         self.metrics.leader.set_function(lambda: float(self.is_leader()))
         self.nodes: Informer[Any] = Informer(client, Node, trim=trim_node,
                                              handler=self._node_changed)
+        # bound pods only: a pending pod holds nothing, and filter and bind get it from
+        # kube-scheduler (a creation and kube-scheduler's status writes are no events here)
         self.pods: Informer[Any] = Informer(client, Pod, labels={handoff.MANAGED_LABEL: "true"},
+                                            fields={"spec.nodeName": op.not_equal("")},
                                             trim=trim_pod, handler=self._pod_changed)
         self.elector = self._elector()
         self._tasks: list[asyncio.Task[Any]] = []

@@ -16,7 +16,6 @@ from gpuslice.kube.client import dict_view
 
 async def placed(ext: Running, name: str) -> None:
     await create(ext.client, pod_obj(name))
-    await wait_for(lambda: ext.ext.state.pod(f"default/{name}") is not None, "the pod in cache")
 
 
 @pytest.mark.parametrize("subresource", ["", "binding"], ids=["assignment-patch", "binding"])

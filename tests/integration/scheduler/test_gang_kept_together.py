@@ -24,7 +24,6 @@ async def test_a_gang_is_placed_together_and_a_split_is_said(kube_api):
     async with Running(kube_api) as ext:
         for name in ("rank-0", "rank-1", "rank-2", "fill"):
             await create(client, rank(name) if name != "fill" else pod_obj(name, mem=8192))
-        await wait_for(lambda: ext.ext.state.pod("default/fill") is not None, "the pods in cache")
         assert await ext.bind("fill", "gpu-2") == ""  # binpack's choice from now on
         assert await ext.bind("rank-0", "gpu-3") == ""
         got = await ext.filter("rank-1", ["gpu-1", "gpu-2", "gpu-3"])
@@ -32,7 +31,6 @@ async def test_a_gang_is_placed_together_and_a_split_is_said(kube_api):
         assert await ext.bind("rank-1", "gpu-3") == ""
         assert await ext.bind("rank-2", "gpu-1") == "", "a split is allowed, never refused"
         await create(client, rank("rank-3"))
-        await wait_for(lambda: ext.ext.state.pod("default/rank-3") is not None, "rank-3")
         assert await ext.bind("rank-3", "gpu-3") == "", "joins the gang: no new split"
 
         async def reasons() -> dict[str, str]:
@@ -64,7 +62,6 @@ async def test_a_sized_gangs_first_rank_goes_where_the_whole_gang_fits(kube_api)
             p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "8192"
             p["metadata"]["annotations"][dialects.GANG_SIZE_ANNOTATION] = "3"
             await create(client, p)
-        await wait_for(lambda: ext.ext.state.pod("default/rank-2") is not None, "the pods in cache")
         for name in fills:
             assert await ext.bind(name, "gpu-2") == ""
         first = (await ext.filter("rank-0", ["gpu-1", "gpu-2", "gpu-3"]))["NodeNames"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from sched_helpers import Running, create, node_obj, pod_obj, wait_for
+from sched_helpers import Running, create, node_obj, pod_obj
 
 from gpuslice import codec, handoff, model
 from gpuslice.kube.patch import patch_metadata
@@ -18,7 +18,6 @@ async def test_a_new_replica_sees_every_slice_the_old_one_placed(kube_api):
     for name in ("a", "b", "c"):
         await create(admin, pod_obj(name, mem=8192))
     async with Running(kube_api) as first:
-        await wait_for(lambda: first.ext.state.pod("default/b") is not None, "the pods")
         assert await first.place("a", ["gpu-1"]) == "gpu-1"
         assert await first.place("b", ["gpu-1"]) == "gpu-1"
         before = {u.gpu.uuid: u.memory_used_mib for u in first.ext.state.cluster.gpu_usage()}
