@@ -181,10 +181,12 @@ def _quantity(req: model.SliceRequest, dialect: str) -> int:
     return req.count
 
 
-def _requests_with_place(pod: Mapping[str, Any], defaults: dialects.Defaults | None
+def _requests_with_place(pod: Mapping[str, Any], defaults: dialects.Defaults | None,
+                         parsed: model.PodRequest | None = None
                          ) -> list[tuple[str, int, DeviceRequest, bool]]:
     # RequestError lists every problem of the pod
-    parsed = dialects.parse_pod(pod) if defaults is None else dialects.parse_pod(pod, defaults)
+    if parsed is None:
+        parsed = dialects.parse_pod(pod) if defaults is None else dialects.parse_pod(pod, defaults)
     by_name = {s.container: s for s in parsed.slices}
     out, problems = [], []
     for key, i, c in _containers(pod):
@@ -207,23 +209,27 @@ def _requests_with_place(pod: Mapping[str, Any], defaults: dialects.Defaults | N
     return out
 
 
-def device_requests(pod: Mapping[str, Any], defaults: dialects.Defaults | None = None
-                    ) -> tuple[DeviceRequest, ...]:
+def device_requests(pod: Mapping[str, Any], defaults: dialects.Defaults | None = None, *,
+                    parsed: model.PodRequest | None = None) -> tuple[DeviceRequest, ...]:
     """Each GPU container's device request in kubelet order (init containers first).
 
     Raises RequestError (every problem) for a pod the dialects reject or a GPU Manager
     container without a positive vcuda-core. `defaults` matter only for a GPU Manager container
     that names no vcuda-core (its quantity is the default cores); once the webhook has added
-    the device resource, every reader gets the same answer whatever its defaults."""
-    return tuple(r for _, _, r, _ in _requests_with_place(pod, defaults))
+    the device resource, every reader gets the same answer whatever its defaults. `parsed`:
+    the pod's parse_pod, where the caller has it (with those defaults), is not parsed again."""
+    return tuple(r for _, _, r, _ in _requests_with_place(pod, defaults, parsed))
 
 
-def missing_device_resources(pod: Mapping[str, Any], defaults: dialects.Defaults | None = None
+def missing_device_resources(pod: Mapping[str, Any], defaults: dialects.Defaults | None = None,
+                             *, parsed: model.PodRequest | None = None
                              ) -> tuple[tuple[str, int, str, int], ...]:
     """(spec list, index, resource, quantity) for GPU containers that do not name their device
-    resource yet: what the webhook adds to their limits so the kubelet calls Allocate."""
+    resource yet: what the webhook adds to their limits so the kubelet calls Allocate
+    (`parsed` as for device_requests)."""
     return tuple((key, i, r.resource, r.quantity)
-                 for key, i, r, named in _requests_with_place(pod, defaults) if not named)
+                 for key, i, r, named in _requests_with_place(pod, defaults, parsed)
+                 if not named)
 
 
 def _gang(gang: str) -> tuple[Any, ...]:

@@ -157,11 +157,13 @@ class Evaluator:
         return verdict
 
     def device_requests(self, pod: Mapping[str, Any]) -> tuple[handoff.DeviceRequest, ...]:
-        """handoff.device_requests, once per pod (a pod's containers never change)."""
+        """handoff.device_requests, once per pod (a pod's containers never change), from the
+        pod's parse (`request`; the webhook named every device resource, so the defaults do not
+        change the answer)."""
         uid = (pod.get("metadata") or {}).get("uid")
         got = self._devices.get(uid) if uid else None
         if got is None:
-            got = handoff.device_requests(pod)
+            got = handoff.device_requests(pod, self.defaults, parsed=self.request(pod))
             if len(self._devices) >= _REQUESTS:
                 self._devices.clear()
             if uid:

@@ -1,8 +1,8 @@
 """The running extender: client, the two informers, leader election, the sweeper and HTTP.
 
 Owns: wiring the parts (ExtenderState fed by a Node informer and an informer of bound managed Pods
-through the trimmers; Evaluator, Binder, Metrics, routes), readiness (both caches synced; leadership is
-not part of it: a follower is ready for its role, answering filter/prioritize and refusing bind,
+through the trimmers; Evaluator, Binder, Metrics, routes), readiness (both caches synced; leadership
+is not part of it: a follower is ready for its role, answering filter/prioritize and refusing bind,
 and a readiness that waited for the Lease would never let a rolling update finish; the
 `gpuslice_scheduler_leader` gauge says which replica leads), and `serve` for the CLI.
 Does not: decide placement or write the API itself (bind.py does).

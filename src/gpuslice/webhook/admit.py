@@ -175,7 +175,7 @@ def admit(operation: str, pod: object, namespace_labels: Mapping[str, str] | Non
     problems = _tenant_problems(pod, meta)
     try:
         parsed = dialects.parse_pod(pod, options.defaults)
-        missing = handoff.missing_device_resources(pod, options.defaults)
+        missing = handoff.missing_device_resources(pod, options.defaults, parsed=parsed)
     except RequestError as exc:
         return _deny(exc.problems + problems + _guard_problems(pod, meta, options, manages=True))
     problems += _guard_problems(pod, meta, options, manages=bool(parsed.slices))
