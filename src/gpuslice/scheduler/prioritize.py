@@ -41,15 +41,15 @@ def gang_targets(ev: Evaluator, v: Verdict, pod: Mapping[str, Any], names: Colle
                  scores: Mapping[str, int] | None = None) -> Collection[str]:
     """Where the pod's gang wants it among `names`: the nodes holding pods of the gang (none
     without one); where none of those is offered and fits and the gang's size is given, the
-    best-scoring
-    fitting node with room for every pod of the gang not yet held, this one included. Room is
-    tried in score order for at most _ROOM_TRIES placements (the loop is the extender's)."""
+    best-scoring fitting node with room for every pod of the gang not yet held, this one
+    included. Room is tried in score order for at most _ROOM_TRIES placements (the loop is the
+    extender's)."""
     g = gang_key(pod)
     if g is None:
         return ()
     held = ev.state.gang_nodes(*g)
     need = dialects.gang_size_of(pod) - sum(ev.state.gang_held(*g).values())
-    offered = names if isinstance(names, set | frozenset | dict) else set(names)
+    offered = set(names)
     if need <= 1 or any(n in v.fits and n in offered for n in held):
         return held
     scores = _scores(ev, v, list(names)) if scores is None else scores

@@ -52,22 +52,23 @@ class FlightRecheck:
         if not keys:
             return False
         before = self.state.generation
-        await asyncio.gather(*(self._read(k) for k in sorted(keys)[:MAX_PODS]))
+        read = await asyncio.gather(*(self._read(k) for k in sorted(keys)[:MAX_PODS]))
         changed = self.state.generation != before
-        self.counter.labels("flight ended" if changed else "still in flight").inc()
+        self.counter.labels("flight ended" if changed else "still in flight" if all(read)
+                            else "read failed").inc()
         return changed
 
-    async def _read(self, key: str) -> None:
+    async def _read(self, key: str) -> bool:
         namespace, name = key.split("/", 1)
         try:
             with errors.translate(f"get pod {key}"):
                 pod = dict(await self.client.get(self._view, name, namespace=namespace))
         except errors.NotFound:
             await self.pods.observe_gone(key)
-            return
+            return True
         except errors.APIError as exc:
-            self.counter.labels("read failed").inc()
             log.warning("could not read a pod in flight again; the filter answers from the "
                         "watch: %s", exc, extra={"pod": key})
-            return
+            return False
         await self.pods.observe(pod)
+        return True
