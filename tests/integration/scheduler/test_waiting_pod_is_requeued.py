@@ -6,7 +6,12 @@ The extender relies on this: kube-scheduler (queueing hints on, the default) par
 extender refused and moves it back on any cluster event, an assigned pod's update included
 (extenders register a wildcard event; MoveAllToActiveOrBackoffQueue in eventhandlers.go). The
 scheduler driver of tests/kubeapi does the same (scheduler_queue.py); this test keeps both
-honest. Were it not so, the pod would wait for podMaxInUnschedulablePodsDuration (5 minutes)."""
+honest. Were it not so, the pod would wait for podMaxInUnschedulablePodsDuration (5 minutes).
+
+"late": the extender's watch shows the mark 1.5 s after kube-scheduler's does, so kube-scheduler
+tries the pod while the extender's cache still has X in flight. The extender reads X again
+before refusing (scheduler/recheck.py); without that the pod stays unbound past 60 s (seen once
+in CI, 2026-11-28).
 
 from __future__ import annotations
 
