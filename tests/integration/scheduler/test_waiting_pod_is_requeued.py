@@ -11,7 +11,7 @@ honest. Were it not so, the pod would wait for podMaxInUnschedulablePodsDuration
 "late": the extender's watch shows the mark 1.5 s after kube-scheduler's does, so kube-scheduler
 tries the pod while the extender's cache still has X in flight. The extender reads X again
 before refusing (scheduler/recheck.py); without that the pod stays unbound past 60 s (seen once
-in CI, 2026-11-28).
+in CI, 2026-11-28)."""
 
 from __future__ import annotations
 
