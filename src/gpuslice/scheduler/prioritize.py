@@ -13,7 +13,9 @@ where none does and the pod says how many pods the gang has (`gpuslice.io/gang-s
 node that takes all of them still to come (`gang_targets`; in prioritize they score the
 maximum, every other node 0): the in-container library couples the compute budgets of a gang's
 pods only on one node (docs/compute.md "Ranks of one job"), so ranks on two nodes could stall
-each other under a compute limit.
+each other under a compute limit. While a gang that said its size has pods still to come, other
+pods go to the node chosen for it only where nothing else fits (`_kept`; in prioritize it scores
+0): a preference, never a refusal, so no pod waits on it.
 Invariants: scores are otherwise the allocator's (ClusterState.prioritize, or the same scores
 kept with the filter's result: the node policy applied to how full the node will be with the
 pod), so prioritize and `gpuslice simulate` agree for pods without a gang.
@@ -88,19 +90,34 @@ def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str],
     together = gang_targets(ev, v, pod, names, scores) if pod is not None else ()
     if any(n in scores for n in together):
         scores = {n: _MAX_SCORE if n in together else 0 for n in scores}
+    elif pod is not None and (kept := _kept(ev, pod, scores)):
+        scores = {n: 0 if n in kept else s for n, s in scores.items()}
     return list(map(wire.HostPriority, names, map(scores.get, names, repeat(0))))
+
+
+def _kept(ev: Evaluator, pod: Mapping[str, Any], fitting: Collection[str]) -> set[str]:
+    """The nodes of `fitting` kept for other gangs' pods still to come (state.kept_for_gangs),
+    if the pod fits elsewhere too."""
+    kept = ev.state.kept_for_gangs(but=gang_key(pod))
+    if not kept:
+        return kept
+    kept.intersection_update(fitting)
+    return kept if len(kept) < len(fitting) else set()
 
 
 def best_node(ev: Evaluator, v: Verdict, fitting: list[str],
               pod: Mapping[str, Any] | None = None) -> str:
     """The fitting node prioritize would score highest, among the pod's gang_targets where any
-    fits (and then remembered as the gang's choice); the first in `fitting` among equals
-    (kube-scheduler offers nodes from a rotating start, so equals are not always the same)."""
+    fits (and then remembered as the gang's choice), else away from the nodes kept for other
+    gangs where it can; the first in `fitting` among equals (kube-scheduler offers nodes from
+    a rotating start, so equals are not always the same)."""
     scores = _scores(ev, v, fitting)
     together = gang_targets(ev, v, pod, fitting, scores) if pod is not None else ()
-    best = max([n for n in fitting if n in together] or fitting, key=lambda n: scores.get(n, 0))
+    kept = _kept(ev, pod, fitting) if pod is not None and not together else set()
+    best = max([n for n in fitting if n in together]
+               or [n for n in fitting if n not in kept], key=lambda n: scores.get(n, 0))
     if pod is not None and (g := gang_key(pod)):
-        ev.state.gang_chosen(*g, best)
+        ev.state.gang_chosen(*g, best, dialects.gang_size_of(pod))
     return best
 
 

@@ -152,9 +152,10 @@ class ExtenderState:
         # (namespace, gpuslice.io/gang) -> node -> pods of it held there; key -> its gang then
         self._gangs: dict[tuple[str, str], dict[str, int]] = {}
         self._held_gang: dict[str, tuple[str, str]] = {}
-        # (namespace, gang) -> (node, when): the filter's latest choice for a pod of the gang,
-        # which its bind may not have reached yet (kube-scheduler pipelines the next pod)
-        self._gang_chosen: dict[tuple[str, str], tuple[str, float]] = {}
+        # (namespace, gang) -> (node, when, gang size or 0): the filter's latest choice for a
+        # pod of the gang, which its bind may not have reached yet (kube-scheduler pipelines
+        # the next pod)
+        self._gang_chosen: dict[tuple[str, str], tuple[str, float, int]] = {}
 
     # -- events --------------------------------------------------------------------------
     def on_node(self, kind: str, node: Mapping[str, Any]) -> None:
@@ -233,7 +234,7 @@ class ExtenderState:
         for key in [k for k, a in self._assumed.items() if a.since <= old]:
             del self._assumed[key]
             self._apply(key)
-        for g in [g for g, (_, when) in self._gang_chosen.items() if when <= old]:
+        for g in [g for g, (_, when, _) in self._gang_chosen.items() if when <= old]:
             del self._gang_chosen[g]
 
     # -- reads ---------------------------------------------------------------------------
@@ -267,9 +268,21 @@ class ExtenderState:
             return held
         return {*held, chosen[0]}
 
-    def gang_chosen(self, namespace: str, gang: str, node: str) -> None:
-        """The filter chose `node` for a pod of the gang (see gang_nodes)."""
-        self._gang_chosen[(namespace, gang)] = (node, self.clock())
+    def gang_chosen(self, namespace: str, gang: str, node: str, size: int = 0) -> None:
+        """The filter chose `node` for a pod of the gang, which has `size` pods (0: not said):
+        see gang_nodes and kept_for_gangs."""
+        self._gang_chosen[(namespace, gang)] = (node, self.clock(), size)
+
+    def kept_for_gangs(self, but: tuple[str, str] | None = None) -> set[str]:
+        """Nodes chosen, within `timeout_s`, for a gang that said its size and holds fewer pods
+        than that (its other pods are on the way), gang `but` left out: other pods go elsewhere
+        where they can (prioritize.best_node). Nothing is refused for it."""
+        if not self._gang_chosen:
+            return set()
+        old = self.clock() - self.timeout_s
+        return {node for g, (node, when, size) in self._gang_chosen.items()
+                if g != but and size and when > old
+                and sum(self._gangs.get(g, {}).values()) < size}
 
     def flights(self, node: str) -> list[handoff.Flight]:
         """Pods in flight on `node` now (bound, or being bound, and not yet allocated). A pod

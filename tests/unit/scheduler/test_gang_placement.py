@@ -224,3 +224,45 @@ async def test_a_gang_node_that_kube_scheduler_did_not_offer_does_not_stop_the_s
         reply = await post(client, "filter", {"Pod": _sized("rank-1", "3"),
                                               "NodeNames": ["node-b", "node-c"]})
     assert reply["NodeNames"] == ["node-c"], "node-b takes one of the two"
+
+
+async def test_other_pods_keep_off_the_node_chosen_for_a_sized_gang_while_its_pods_come():
+    """rank-0 of three went to node-a (room for the gang; node-b has room for one). A 16 GiB pod
+    that binpack would put beside it (node-a is fuller than node-c) goes to node-c while the
+    gang's other two are on the way, and to node-a again once they are held or the choice
+    lapses; without a size nothing is kept. The gang's own pods are never kept off."""
+    def cluster(clock: Clock) -> ExtenderState:
+        s = ExtenderState(timeout_s=30, clock=clock)
+        for name in NAMES:
+            s.on_node("ADDED", node(name))
+        for i in range(3):
+            s.on_pod("ADDED", assigned(pod(f"held-{i}", mem=8192), "node-b",
+                                       [f"GPU-node-b-{i // 2}"], allocated="main"))
+        return s
+
+    async def whole_gpu(s: ExtenderState) -> list[str]:
+        async with TestClient(TestServer(extender(s, "binpack"))) as client:
+            return (await post(client, "filter", {"Pod": pod("solo", mem=16384),
+                                                  "NodeNames": NAMES}))["NodeNames"]
+
+    for size in ("3", None):
+        clock = Clock()
+        s = cluster(clock)
+        rank0 = _sized("rank-0", size) if size else pod("rank-0", mem=8192, annotations=GANG)
+        async with TestClient(TestServer(extender(s, "binpack"))) as client:
+            got = await post(client, "filter", {"Pod": rank0, "NodeNames": NAMES})
+        assert got["NodeNames"] == ["node-a"] if size else ["node-b"]
+        if not size:
+            s.on_pod("ADDED", assigned(rank0, "node-a", ["GPU-node-a-0"], allocated="main"))
+            assert await whole_gpu(s) == ["node-a"], "no size: nothing kept"
+            continue
+        s.on_pod("ADDED", assigned(rank0, "node-a", ["GPU-node-a-0"], allocated="main"))
+        assert await whole_gpu(s) == ["node-c"], "node-a is kept for the gang's other two"
+        clock.t += 31
+        assert await whole_gpu(s) == ["node-a"], "the choice lapsed"
+        clock.t -= 31
+        assert s.kept_for_gangs() == {"node-a"} and not s.kept_for_gangs(but=("default", "train"))
+        for i in (1, 2):
+            s.on_pod("ADDED", assigned(_sized(f"rank-{i}", "3"), "node-a", [f"GPU-node-a-{i - 1}"],
+                                       allocated="main"))
+        assert not s.kept_for_gangs(), "the whole gang is held: nothing kept"
