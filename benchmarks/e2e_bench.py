@@ -19,7 +19,8 @@ harness's kubectl).
 --group N makes every N pods in a row one job (one shape) and counts in `groups_split` the jobs
 whose pods were bound to more than one node; --gang also gives each job's pods one
 `gpuslice.io/gang`, which the extender keeps on one node, and --gang-size its
-`gpuslice.io/gang-size` (the first pod then goes where the whole job fits). --policy: the
+`gpuslice.io/gang-size` (the first pod then goes where the whole job fits); --gang-every K
+makes only every K-th job a gang, the others' pods compete with them. --policy: the
 extender's policy.
 Prints one JSON object: pods_per_s (bound / seconds from the first create to the last bind
 the agent saw), bound, overcommitted_gpus (recomputed from the API's pods and nodes), CPU per
@@ -310,20 +311,22 @@ def pod_bodies(a: argparse.Namespace) -> list[dict[str, Any]]:
     for i in range(a.pods):
         if i % a.group == 0:
             shape = rng.choice(shapes)
-        gang = f"job-{i // a.group:05d}" if a.gang and a.group > 1 else ""
+        job = i // a.group
+        gang = f"job-{job:05d}" if a.gang and a.group > 1 and job % a.gang_every == 0 else ""
         out.append(pod_body(f"job-{i:05d}", shape, not a.no_webhook, gang,
                             a.group if a.gang_size else 0))
     return out
 
 
-def groups_split(pods: list[dict[str, Any]], group: int) -> int:
-    """How many jobs of `group` pods in a row (by name) were bound to more than one node."""
+def groups_split(pods: list[dict[str, Any]], group: int, every: int = 1) -> int:
+    """How many jobs of `group` pods in a row (by name), of every `every`-th job, were bound to
+    more than one node."""
     nodes: dict[int, set[str]] = {}
     for p in pods:
         node = (p.get("spec") or {}).get("nodeName")
-        if node:
-            nodes.setdefault(int(p["metadata"]["name"].removeprefix("job-")) // group,
-                             set()).add(node)
+        job = int(p["metadata"]["name"].removeprefix("job-")) // group
+        if node and job % every == 0:
+            nodes.setdefault(job, set()).add(node)
     return sum(1 for on in nodes.values() if len(on) > 1)
 
 
@@ -620,7 +623,8 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         pods = [dict(p) async for p in client.list(dict_view(Pod), namespace="default")]
         nodes = [dict(n) async for n in client.list(dict_view(Node))]
         bad, stray = (0, 0) if a.plain else overcommitted(nodes, pods)
-        split = groups_split(pods, a.group) if a.group > 1 else None
+        split = groups_split(pods, a.group, a.gang_every if a.gang else 1) \
+            if a.group > 1 else None
         return {
             "mode": "plain" if a.plain else "gpuslice",
             "pods_per_s": round(bound / elapsed, 1) if elapsed > 0 else None,
@@ -746,6 +750,9 @@ def main() -> int:
                     help="pods of one job (one shape) in a row; groups_split counts those split")
     ap.add_argument("--gang", action="store_true",
                     help="each job of --group pods names one gpuslice.io/gang")
+    ap.add_argument("--gang-every", type=int, default=1, metavar="K",
+                    help="with --gang: only every K-th job is a gang (and counted in "
+                         "groups_split); the others' pods name none")
     ap.add_argument("--gang-size", action="store_true",
                     help="with --gang: each pod also says its gang's size (gpuslice.io/gang-size)")
     ap.add_argument("--policy", default="binpack", help="the extender's placement policy")
