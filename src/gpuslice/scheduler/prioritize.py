@@ -85,7 +85,8 @@ def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str],
     """The pod's gang_targets that fit score the maximum, and then every other node 0: the
     policy could score another node the maximum too (binpack, the fullest), and a gang split
     over nodes is worth more than any policy difference (its compute limits couple on one
-    node only)."""
+    node only). For other pods, the nodes kept for gangs with pods to come score 0 where the
+    pod fits elsewhere (_kept)."""
     scores = _scores(ev, v, names)
     together = gang_targets(ev, v, pod, names, scores) if pod is not None else ()
     if any(n in scores for n in together):
