@@ -88,12 +88,22 @@ def prioritize_reply(ev: Evaluator, v: Verdict, names: list[str],
     node only). For other pods, the nodes kept for gangs with pods to come score 0 where the
     pod fits elsewhere (_kept)."""
     scores = _scores(ev, v, names)
-    together = gang_targets(ev, v, pod, names, scores) if pod is not None else ()
-    if any(n in scores for n in together):
+    together, kept = _leaning(ev, v, pod, [n for n in names if n in v.fits], scores)
+    if together:
         scores = {n: _MAX_SCORE if n in together else 0 for n in scores}
-    elif pod is not None and (kept := _kept(ev, pod, scores)):
+    elif kept:
         scores = {n: 0 if n in kept else s for n, s in scores.items()}
     return list(map(wire.HostPriority, names, map(scores.get, names, repeat(0))))
+
+
+def _leaning(ev: Evaluator, v: Verdict, pod: Mapping[str, Any] | None, fitting: list[str],
+             scores: Mapping[str, int]) -> tuple[set[str], set[str]]:
+    """Among `fitting` (offered nodes that fit): the pod's gang_targets, else the nodes it keeps
+    off (_kept)."""
+    if pod is None:
+        return set(), set()
+    together = set(gang_targets(ev, v, pod, fitting, scores)).intersection(fitting)
+    return together, set() if together else _kept(ev, pod, fitting)
 
 
 def _kept(ev: Evaluator, pod: Mapping[str, Any], fitting: Collection[str]) -> set[str]:
@@ -113,8 +123,7 @@ def best_node(ev: Evaluator, v: Verdict, fitting: list[str],
     gangs where it can; the first in `fitting` among equals (kube-scheduler offers nodes from
     a rotating start, so equals are not always the same)."""
     scores = _scores(ev, v, fitting)
-    together = gang_targets(ev, v, pod, fitting, scores) if pod is not None else ()
-    kept = _kept(ev, pod, fitting) if pod is not None and not together else set()
+    together, kept = _leaning(ev, v, pod, fitting, scores)
     best = max([n for n in fitting if n in together]
                or [n for n in fitting if n not in kept], key=lambda n: scores.get(n, 0))
     if pod is not None and (g := gang_key(pod)):

@@ -94,6 +94,16 @@ async def test_other_pods_are_not_attracted(gang_on_a, annotations):
     assert reply["NodeNames"] == ["node-b"], "the policy's choice"
 
 
+async def test_a_gang_node_not_offered_leaves_the_offered_ones_their_policy_scores(gang_on_a):
+    """node-a holds the gang but kube-scheduler offers only node-b and node-c: prioritize scores
+    them by the policy (binpack: the fuller node-b first), not all 0 for a node it did not ask
+    about."""
+    scores = await post(gang_on_a, "prioritize", {"Pod": pod("rank-1", annotations=GANG),
+                                                  "NodeNames": ["node-b", "node-c"]})
+    got = {h["Host"]: h["Score"] for h in scores}
+    assert got["node-b"] > got["node-c"], got
+
+
 async def test_where_the_gangs_node_has_no_room_the_policy_chooses(gang_on_a):
     big = pod("rank-1", mem=16384, gpus=2, annotations=GANG)  # node-a has a GPU in use
     reply = await post(gang_on_a, "filter", {"Pod": big, "NodeNames": NAMES})
