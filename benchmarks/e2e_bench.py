@@ -42,6 +42,7 @@ import os
 import random
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,8 +53,9 @@ from typing import Any
 
 import aiohttp
 import yaml
-from lightkube import AsyncClient, KubeConfig
+from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.generic_resource import create_global_resource
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, NodeStatus, Pod
 from lightkube.types import PatchType
 
@@ -77,6 +79,12 @@ from kubeapi.scheduler_driver import DriverConfig, SchedulerDriver, api_session 
 from kubeapi.server import spawn  # noqa: E402
 
 GPU_MIB = 81920
+# as deployed: kube-scheduler's configuration, and its Lease (namespace, name), which the
+# extender follows
+KUBE_SCHEDULER_CONFIG = yaml.safe_load(
+    (ROOT / "deploy/scheduler/kube-scheduler-config.yaml").read_text())
+LEASE = (KUBE_SCHEDULER_CONFIG["leaderElection"]["resourceNamespace"],
+         KUBE_SCHEDULER_CONFIG["leaderElection"]["resourceName"])
 SHAPES = (  # (limits as a user writes them, weight): a few pod templates, as in real clusters
     ({"nvidia.com/gpumem": "4096", "nvidia.com/gpucores": "10"}, 4),
     ({"nvidia.com/gpumem": "8192", "nvidia.com/gpucores": "20"}, 3),
@@ -148,21 +156,31 @@ def pod_body(name: str, limits: dict[str, str], webhook: bool, gang: str = "",
 class Processes:
     """`gpuslice webhook` and `gpuslice scheduler` as child processes."""
 
-    def __init__(self, work: Path, kubeconfig: Path, policy: str = "binpack") -> None:
-        self.work, self.kubeconfig, self.policy = work, kubeconfig, policy
+    def __init__(self, work: Path, kubeconfig: Path, policy: str = "binpack",
+                 follow: bool = True) -> None:
+        self.work, self.kubeconfig, self.policy, self.follow = work, kubeconfig, policy, follow
         self.extender_port = free_port()
         self.extender: subprocess.Popen[bytes] | None = None
         self.webhook: subprocess.Popen[bytes] | None = None
         self.extender_cpu_s = 0.0  # of extenders already stopped
+        # as installed from a wheel (pip compiles its modules): a restart reads bytecode, not
+        # source, also where PYTHONDONTWRITEBYTECODE is set
+        self.env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+                    "PYTHONPYCACHEPREFIX": str(work / "pycache")}
 
     def start_extender(self) -> None:
         cfg = self.work / "scheduler.yaml"
         cfg.write_text(yaml.safe_dump({
             "address": "127.0.0.1", "port": self.extender_port, "kubeconfig": str(self.kubeconfig),
             "policy": self.policy, "logLevel": "warning", "leaderElection": {
+                # as deployed (deploy/scheduler/, the chart): leading with kube-scheduler
+                "follow": True, "leaseName": LEASE[1], "leaseNamespace": LEASE[0],
+                "retryPeriodSeconds": 1} if self.follow else {
+                # the driver in kube-scheduler's place holds no Lease: the extender's own
                 "leaseNamespace": "default", "leaseSeconds": 4, "renewDeadlineSeconds": 3,
                 "retryPeriodSeconds": 1}}))
         self.extender = subprocess.Popen([*CLI, "scheduler", "--config", str(cfg)],
+                                         env=self.env,
                                          stderr=open(self.work / "scheduler.log", "ab"))  # noqa: SIM115
 
     def start_webhook(self) -> tuple[str, bytes]:
@@ -174,7 +192,7 @@ class Processes:
             "address": "127.0.0.1", "port": port, "certFile": str(files["serving.crt"]),
             "keyFile": str(files["serving.key"]), "checkNamespaceLabels": False,
             "logLevel": "warning"}))
-        self.webhook = subprocess.Popen([*CLI, "webhook", "--config", str(cfg)],
+        self.webhook = subprocess.Popen([*CLI, "webhook", "--config", str(cfg)], env=self.env,
                                         stderr=open(self.work / "webhook.log", "ab"))  # noqa: SIM115
         return f"https://127.0.0.1:{port}", pki.ca_cert
 
@@ -409,8 +427,7 @@ async def stdin_closed() -> None:
 
 async def driver_role(a: argparse.Namespace) -> None:
     """tests/kubeapi's kube-scheduler driver, until stdin closes; then its statistics."""
-    deploy = yaml.safe_load((ROOT / "deploy/scheduler/kube-scheduler-config.yaml").read_text())
-    extender = {**deploy["extenders"][0], "urlPrefix": a.extender_url}
+    extender = {**KUBE_SCHEDULER_CONFIG["extenders"][0], "urlPrefix": a.extender_url}
     config = DriverConfig.from_extender(extender, initial_backoff=0.2, max_backoff=2.0,
                                         seed=a.seed)
     async with SchedulerDriver(Path(a.kubeconfig), config) as driver:
@@ -450,7 +467,7 @@ async def verb_cpu(a: argparse.Namespace) -> dict[str, Any]:
     running): --pods pods created (their watch events), filter + prioritize each, bind each."""
     work = Path(tempfile.mkdtemp(prefix="e2e-verbs-"))
     server = spawn(work / "kubeapi", history=1_000_000)
-    procs = Processes(work, server.kubeconfig)
+    procs = Processes(work, server.kubeconfig, follow=False)
     client = AsyncClient(config=KubeConfig.from_file(server.kubeconfig))
     try:
         names = await add_nodes(client, a.nodes, a.gpus)
@@ -501,11 +518,11 @@ async def verb_cpu(a: argparse.Namespace) -> dict[str, Any]:
 
 def kube_scheduler_config(extender_url: str | None, qps: int) -> dict[str, Any]:
     """deploy/scheduler/kube-scheduler-config.yaml with its extender at `extender_url`; None:
-    the stock scheduler alone (the plain run). Both raise clientConnection.qps/burst alike:
-    the default 50 caps kube-scheduler's own writes (events, failure statuses)."""
-    deploy = yaml.safe_load((ROOT / "deploy/scheduler/kube-scheduler-config.yaml").read_text())
-    config = {**deploy, "leaderElection": {"leaderElect": False},
-              "clientConnection": {"qps": qps, "burst": 2 * qps}}
+    the stock scheduler alone (the plain run). Both elect a leader (LEASE), and both raise
+    clientConnection.qps/burst alike: the default 50 caps kube-scheduler's own writes (events,
+    failure statuses)."""
+    deploy = KUBE_SCHEDULER_CONFIG
+    config = {**deploy, "clientConnection": {"qps": qps, "burst": 2 * qps}}
     if extender_url is None:
         del config["extenders"]
         config["profiles"] = [{"schedulerName": "default-scheduler"}]
@@ -527,7 +544,8 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     else:
         server = spawn(work / "kubeapi", history=1_000_000)  # its own process: no shared GIL
         kubeconfig, api_name = server.kubeconfig, "in-process"
-    procs = Processes(work, kubeconfig, a.policy)
+    procs = Processes(work, kubeconfig, a.policy,
+                      follow=plane is not None and plane.assets.kube_scheduler is not None)
     client = AsyncClient(config=KubeConfig.from_file(kubeconfig))
     children: list[Child] = []
     try:
@@ -564,6 +582,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         driver = None
         if plane is not None and plane.assets.kube_scheduler is not None:
             plane.start_scheduler(kube_scheduler_config(ext_url, a.scheduler_qps))
+            await leading(client, ext_url, a.timeout)
             scheduler_name = (f"kube-scheduler {plane.version.split()[-1]} (clientConnection "
                               f"qps {a.scheduler_qps}, burst {2 * a.scheduler_qps})")
         else:
@@ -676,6 +695,24 @@ async def api_requests(kubeconfig: Path) -> Counter[str]:
     return counts
 
 
+async def leading(client: AsyncClient, extender_url: str | None, timeout: float) -> None:
+    """Until kube-scheduler holds LEASE and the extender (if any) leads with it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ApiError):
+            lease = await client.get(Lease, LEASE[1], namespace=LEASE[0])
+            if lease.spec.holderIdentity:
+                if extender_url is None:
+                    return
+                async with aiohttp.ClientSession() as http, \
+                        http.get(f"{extender_url}/metrics") as r:
+                    if "\ngpuslice_scheduler_leader 1.0" in await r.text():
+                        return
+        await asyncio.sleep(0.1)
+    raise SystemExit(f"e2e_bench: kube-scheduler and the extender lead no Lease {LEASE} "
+                     f"after {timeout:g} s")
+
+
 async def untainted(client: AsyncClient, count: int, timeout: float) -> None:
     """Until kube-controller-manager's node lifecycle controller has lifted the not-ready
     taint from every (Ready) node, as it does for a node whose kubelet reports Ready."""
@@ -701,7 +738,7 @@ async def compare(a: argparse.Namespace) -> dict[str, Any]:
                 argparse.Namespace(**{**vars(a), "plain": plain}))
         rounds.append(pair)
     ratios = sorted(r["gpuslice"]["pods_per_s"] / r["plain"]["pods_per_s"] for r in rounds)
-    return {"ratio_median": round(ratios[len(ratios) // 2], 3),
+    return {"ratio_median": round(statistics.median(ratios), 3),
             "ratios": [round(x, 3) for x in ratios],
             "plain_pods_per_s": [r["plain"]["pods_per_s"] for r in rounds],
             "gpuslice_pods_per_s": [r["gpuslice"]["pods_per_s"] for r in rounds],

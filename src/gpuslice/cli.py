@@ -155,7 +155,7 @@ def top(region: str | None, once: bool, as_json: bool) -> None:
 def scheduler(config_file: str | None, kubeconfig: str | None, port: int | None,
               policy: str | None, log_level: str | None) -> None:
     """Serve the kube-scheduler extender (filter, prioritize, bind) until interrupted."""
-    _lazy("gpuslice.scheduler.service", "serve")(
+    _lazy("gpuslice.scheduler.command", "serve")(
         config_file, kubeconfig=kubeconfig, port=port, policy=policy, logLevel=log_level)
 
 

@@ -15,6 +15,8 @@ Tests: tests/unit/scheduler/test_app.py
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection
@@ -31,7 +33,12 @@ from gpuslice.scheduler.metrics import Metrics
 from gpuslice.scheduler.preempt import preempt_reply
 from gpuslice.scheduler.prioritize import best_node, has_own_preferences, prioritize_reply
 
-__all__ = ["NOT_LEADER", "make_app"]
+__all__ = ["NOT_LEADER", "START_WAIT_S", "make_app"]
+
+# A verb that comes while the caches sync waits this long for them: below kube-scheduler's
+# httpTimeout (the chart's 5 s), so a restarted extender holds kube-scheduler for a moment
+# where every failed call would cost a FailedScheduling event, a status write and a back-off.
+START_WAIT_S = 3.0
 
 NOT_LEADER = ("this gpuslice-scheduler replica is not the leader and does not bind; "
               "kube-scheduler will retry (check the leader's /readyz)")
@@ -55,17 +62,29 @@ def _json(obj: object) -> web.Response:
 def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable[[], str | None],
              is_leader: Callable[[], bool], recorder: EventRecorder | None = None,
              starting: Callable[[], str | None] = lambda: None,
+             synced: Callable[[], Awaitable[object]] | None = None,
+             start_wait_s: float = START_WAIT_S,
              choose_node: bool = False,
              recheck: Callable[[Collection[str]], Awaitable[bool]] | None = None
              ) -> web.Application:
     """`starting()` says why the cache cannot answer yet (None once synced): until then every
-    verb answers an error, which kube-scheduler retries, never a wrong "no GPU inventory".
+    verb answers an error, which kube-scheduler retries, never a wrong "no GPU inventory";
+    with `synced` (done when they are), a verb first waits up to `start_wait_s` for it.
     `choose_node`: filter answers only the best fitting node (chooseNodeInFilter). `recheck`:
     reads pods in flight again before a filter leaves a pod no node (recheck.py)."""
 
+    async def not_started() -> str | None:
+        why = starting()
+        if why is not None and synced is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(start_wait_s):  # (wait_for: see gpuslice/aio.py)
+                    await synced()
+            why = starting()
+        return why
+
     async def evaluate(request: web.Request, *, as_filtered: bool = False
                        ) -> tuple[wire.ExtenderArgs, Verdict, list[str]]:
-        not_yet = starting()
+        not_yet = await not_started()
         if not_yet is not None:
             raise _Starting(not_yet)
         args = wire.decode(await request.read(), wire.ExtenderArgs)
@@ -143,7 +162,7 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
             args = wire.decode(await request.read(), wire.BindingArgs)
         except wire.WireError as exc:
             return _json(wire.BindingResult(Error=str(exc)))
-        error = starting() or (await binder.bind(args) if is_leader() else NOT_LEADER)
+        error = await not_started() or (await binder.bind(args) if is_leader() else NOT_LEADER)
         if error:
             metrics.bind_failed.inc()
         else:
@@ -154,7 +173,7 @@ def make_app(ev: Evaluator, binder: Binder, metrics: Metrics, *, ready: Callable
     async def preempt(request: web.Request) -> web.Response:
         t0 = time.perf_counter()
         try:
-            if (not_yet := starting()) is not None:
+            if (not_yet := await not_started()) is not None:
                 raise _Starting(not_yet)
             args = wire.decode(await request.read(), wire.PreemptionArgs)
             reply = preempt_reply(ev, args) if ev.ours(args.Pod) else wire.PreemptionResult(

@@ -4,7 +4,7 @@ Owns: wiring the parts (ExtenderState fed by a Node informer and an informer of 
 through the trimmers; Evaluator, Binder, Metrics, routes), readiness (both caches synced; leadership
 is not part of it: a follower is ready for its role, answering filter/prioritize and refusing bind,
 and a readiness that waited for the Lease would never let a rolling update finish; the
-`gpuslice_scheduler_leader` gauge says which replica leads), and `serve` for the CLI.
+`gpuslice_scheduler_leader` gauge says which replica leads). `gpuslice scheduler` is command.py.
 Does not: decide placement or write the API itself (bind.py does).
 Failure: configuration and API-access problems raise ConfigError / EnvironmentProblem before
 anything listens; watch failures are the informers' (back-off, relist), never fatal.
@@ -18,6 +18,7 @@ import contextlib
 import gc
 import logging
 import signal
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +42,7 @@ from gpuslice.scheduler.metrics import Metrics
 from gpuslice.scheduler.recheck import FlightRecheck
 from gpuslice.scheduler.state import ExtenderState, trim_node, trim_pod
 
-__all__ = ["Extender", "serve"]
+__all__ = ["Extender"]
 
 log = logging.getLogger(__name__)
 
@@ -100,18 +101,23 @@ class Extender:
                     "not synced yet; kube-scheduler will retry")
         return None
 
+    async def synced(self) -> None:
+        await self.nodes.synced.wait()
+        await self.pods.synced.wait()
 
     def app(self) -> web.Application:
         return routes.make_app(self.evaluator, self.binder, self.metrics, ready=self.starting,
                                is_leader=self.is_leader, recorder=self.recorder,
-                               starting=self.starting,
+                               starting=self.starting, synced=self.synced,
                                choose_node=self.cfg.choose_node_in_filter,
                                recheck=FlightRecheck(self.client, self.pods, self.state,
                                                      self.metrics.rechecks))
 
     # -- life cycle --------------------------------------------------------------------------
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        """Start the informers, the elector, the sweeper and HTTP; returns the port."""
+    async def start(self, host: str = "127.0.0.1", port: int = 0,
+                    sock: socket.socket | None = None) -> int:
+        """Start the informers, the elector, the sweeper and HTTP (on `sock` if given, a socket
+        already listening); returns the port."""
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self.nodes.run()), loop.create_task(self.pods.run()),
                        loop.create_task(self._sweep())]
@@ -119,7 +125,7 @@ class Extender:
             self._tasks.append(loop.create_task(self.elector.run()))
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
-        self.port = await self._listen(self._runner, host, port, "--port")
+        self.port = await self._listen(self._runner, host, port, "--port", sock)
         if self.cfg.metrics_address:  # the ops routes alone, on their own address
             ops_app = web.Application()
             ops.add_ops_routes(ops_app, ready=self.starting, registry=self.metrics.registry)
@@ -130,8 +136,9 @@ class Extender:
                                                    "metricsAddress")
         return self.port
 
-    async def _listen(self, runner: web.AppRunner, host: str, port: int, knob: str) -> int:
-        site = web.TCPSite(runner, host, port)
+    async def _listen(self, runner: web.AppRunner, host: str, port: int, knob: str,
+                      sock: socket.socket | None = None) -> int:
+        site = web.TCPSite(runner, host, port) if sock is None else web.SockSite(runner, sock)
         try:
             await site.start()
         except OSError as exc:
@@ -157,13 +164,13 @@ class Extender:
         await self.recorder.flush()
         await self.binder.poster.close()
 
-    async def run(self) -> None:
+    async def run(self, sock: socket.socket | None = None) -> None:
         """Serve until SIGTERM/SIGINT, then stop cleanly (the Lease is released)."""
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await self.start(self.cfg.address, self.cfg.port)
+        await self.start(self.cfg.address, self.cfg.port, sock)
         freeze = loop.create_task(self._freeze_when_synced())  # not in _tasks: its end is normal
         try:
             done, _ = await asyncio.wait([*self._tasks, loop.create_task(stop.wait())],
@@ -182,8 +189,7 @@ class Extender:
         nodes and 40,000 pods: 630,000 objects, a 0.4 s pause in the middle of a filter). Objects
         made later are collected as usual; only reference cycles among the frozen ones would
         outlive their use (one freeze, at start)."""
-        await self.nodes.synced.wait()
-        await self.pods.synced.wait()
+        await self.synced()
         gc.collect()
         gc.freeze()
         log.info("caches synced: %d objects frozen out of garbage collection",
@@ -200,22 +206,3 @@ class Extender:
         while True:
             await asyncio.sleep(_SWEEP_S)
             self.state.sweep()
-
-
-def serve(config_path: str | None, **flags: Any) -> None:
-    """`gpuslice scheduler`: load the config (ConfigError), find the API (EnvironmentProblem),
-    then serve until interrupted."""
-    from gpuslice.kube.client import make_client
-    from gpuslice.scheduler import config
-
-    cfg = config.load(config_path, **flags)
-    ops.setup_logging(cfg.log_level)
-    client = make_client(cfg.kubeconfig, timeout_s=cfg.api_timeout_seconds)
-
-    async def main() -> None:
-        try:
-            await Extender(cfg, client).run()
-        finally:
-            await client.close()
-
-    asyncio.run(main())

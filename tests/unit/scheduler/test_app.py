@@ -3,6 +3,7 @@ the body with HTTP 200, a follower that refuses bind, readiness and metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -126,6 +127,41 @@ async def test_before_the_caches_sync_every_verb_answers_an_error_never_no_inven
         reply = await post(http, "filter", {"Pod": pod("p"), "NodeNames": ["n1"]})
         assert reply["Error"] == why and reply["FailedAndUnresolvableNodes"] == {}
         assert (await http.post("/prioritize", data=b"{}")).status == 503
+        assert (await post(http, "bind", sample("bind.request")))["Error"] == why
+
+
+async def test_a_verb_that_comes_while_the_caches_sync_waits_for_them():
+    """A restarted extender holds kube-scheduler's call for a moment instead of failing it:
+    each failed call costs the pod a FailedScheduling event, a status write and a back-off."""
+    state = ExtenderState(timeout_s=30, clock=Clock())
+    synced = asyncio.Event()
+    why = "gpuslice-scheduler is starting: its cache of pods is not synced yet"
+    app = make_app(Evaluator(state, parse_policy("binpack")), _NoBinder(),  # type: ignore[arg-type]
+                   Metrics(state), ready=lambda: None, is_leader=lambda: True,
+                   starting=lambda: None if synced.is_set() else why, synced=synced.wait,
+                   start_wait_s=5.0)
+
+    async def sync() -> None:
+        await asyncio.sleep(0.2)
+        state.on_node("ADDED", node("n1"))
+        synced.set()
+
+    async with TestClient(TestServer(app)) as http:
+        syncing = asyncio.create_task(sync())
+        reply = await post(http, "filter", {"Pod": pod("p"), "NodeNames": ["n1"]})
+        await syncing
+        assert reply["Error"] == "" and reply["NodeNames"] == ["n1"], reply
+
+
+async def test_a_sync_that_takes_longer_than_the_wait_is_still_an_error():
+    state = ExtenderState(timeout_s=30, clock=Clock())
+    why = "gpuslice-scheduler is starting: its cache of pods is not synced yet"
+    app = make_app(Evaluator(state, parse_policy("binpack")), _NoBinder(),  # type: ignore[arg-type]
+                   Metrics(state), ready=lambda: why, is_leader=lambda: True,
+                   starting=lambda: why, synced=asyncio.Event().wait, start_wait_s=0.1)
+    async with TestClient(TestServer(app)) as http:
+        reply = await post(http, "filter", {"Pod": pod("p"), "NodeNames": ["n1"]})
+        assert reply["Error"] == why, "kube-scheduler retries it with back-off"
         assert (await post(http, "bind", sample("bind.request")))["Error"] == why
 
 
