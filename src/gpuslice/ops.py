@@ -17,8 +17,9 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-__all__ = ["JSONFormatter", "add_ops_routes", "setup_logging"]
+__all__ = ["QUIET_BELOW_DEBUG", "JSONFormatter", "add_ops_routes", "setup_logging"]
 
+QUIET_BELOW_DEBUG = ("httpx2", "httpcore2")  # lightkube's HTTP client: its records at warning+
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
 
@@ -44,6 +45,11 @@ def setup_logging(level: str = "info", *, json_lines: bool = True) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # the Kubernetes client's HTTP library logs every request at info: a line per lease read
+    # (every 2 s, for ever), watch, patch and event; that is debug detail here
+    for name in QUIET_BELOW_DEBUG:
+        logging.getLogger(name).setLevel(logging.DEBUG if level.lower() == "debug"
+                                         else logging.WARNING)
 
 
 def add_ops_routes(app: web.Application, *, ready: Callable[[], str | None],

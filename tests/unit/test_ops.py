@@ -35,3 +35,20 @@ def test_log_lines_are_json_with_extra_fields():
     line = json.loads(ops.JSONFormatter().format(record))
     assert line["msg"] == "bound p" and line["level"] == "warning" and line["pod"] == "ns/p"
     assert line["time"].endswith("Z")
+
+
+def test_the_http_clients_request_lines_show_at_debug_only(capsys):
+    root, saved = logging.getLogger(), logging.getLogger().handlers[:]
+    try:
+        for level, shown in (("info", False), ("debug", True)):
+            ops.setup_logging(level)
+            logging.getLogger("httpx2").info("HTTP Request: GET /leases/x \"HTTP/1.1 200 OK\"")
+            logging.getLogger("httpx2").warning("a retry")
+            err = capsys.readouterr().err
+            assert ("HTTP Request" in err) is shown, (level, err)
+            assert "a retry" in err
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(logging.WARNING)
+        for name in ops.QUIET_BELOW_DEBUG:
+            logging.getLogger(name).setLevel(logging.NOTSET)
