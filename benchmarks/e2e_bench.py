@@ -172,10 +172,10 @@ class Processes:
         cfg = self.work / "scheduler.yaml"
         cfg.write_text(yaml.safe_dump({
             "address": "127.0.0.1", "port": self.extender_port, "kubeconfig": str(self.kubeconfig),
-            "policy": self.policy, "logLevel": "warning", "leaderElection": {
+            "policy": self.policy, "logLevel": "info", "leaderElection": {
                 # as deployed (deploy/scheduler/, the chart): leading with kube-scheduler
-                "follow": True, "leaseName": LEASE[1], "leaseNamespace": LEASE[0],
-                "retryPeriodSeconds": 1} if self.follow else {
+                "follow": True, "leaseName": LEASE[1], "leaseNamespace": LEASE[0]}
+            if self.follow else {
                 # the driver in kube-scheduler's place holds no Lease: the extender's own
                 "leaseNamespace": "default", "leaseSeconds": 4, "renewDeadlineSeconds": 3,
                 "retryPeriodSeconds": 1}}))
@@ -191,7 +191,7 @@ class Processes:
         cfg.write_text(yaml.safe_dump({
             "address": "127.0.0.1", "port": port, "certFile": str(files["serving.crt"]),
             "keyFile": str(files["serving.key"]), "checkNamespaceLabels": False,
-            "logLevel": "warning"}))
+            "logLevel": "info"}))
         self.webhook = subprocess.Popen([*CLI, "webhook", "--config", str(cfg)], env=self.env,
                                         stderr=open(self.work / "webhook.log", "ab"))  # noqa: SIM115
         return f"https://127.0.0.1:{port}", pki.ca_cert
