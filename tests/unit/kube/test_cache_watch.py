@@ -154,6 +154,24 @@ async def test_a_paged_list_is_read_whole_before_synced():
     assert [r.url.params.get("limit") for r in api.requests] == ["2", "2", "2", None]
 
 
+async def test_a_paged_list_is_trimmed_page_by_page_never_held_whole():
+    """40,000 bound pods held whole before trimming took ~1 GB, the extender's memory limit:
+    each object is trimmed before the next page is asked for."""
+    items = [pod(f"p{i}", i + 1) for i in range(5)]
+    api = ScriptedAPI(lists=[(items, 10)], watches=[])
+    pages_read_at_trim: list[int] = []
+
+    def trim(obj):
+        pages_read_at_trim.append(api.list_count)
+        return obj["metadata"]["name"]
+
+    async with mock_client(api) as client:
+        informer = Informer(client, Pod, trim=trim, page_size=2)
+        await informer.run(_iterations=1)
+    assert pages_read_at_trim == [1, 1, 2, 2, 3]
+    assert informer.store == {f"ml/p{i}": f"p{i}" for i in range(5)}
+
+
 async def test_stop_ends_a_running_informer():
     api = ScriptedAPI(lists=[([pod("a", 1)], 10)], watches=[])  # the watch then stays open
     async with mock_client(api) as client:
