@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 
 import pytest
@@ -170,6 +171,29 @@ async def test_a_paged_list_is_trimmed_page_by_page_never_held_whole():
         await informer.run(_iterations=1)
     assert pages_read_at_trim == [1, 1, 2, 2, 3]
     assert informer.store == {f"ml/p{i}": f"p{i}" for i in range(5)}
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+async def test_the_cyclic_collector_is_off_during_lists_and_as_it_was_after(enabled_before):
+    """Concurrent lists share one pause, and a collector someone else turned off stays off."""
+    collector_on: list[bool] = []
+
+    def trim(obj):
+        collector_on.append(gc.isenabled())
+        return obj
+
+    apis = [ScriptedAPI(lists=[([pod(f"{n}{i}", i + 1) for i in range(4)], 10)], watches=[])
+            for n in "ab"]
+    (gc.enable if enabled_before else gc.disable)()
+    try:
+        async with mock_client(apis[0]) as first, mock_client(apis[1]) as second:
+            informers = [Informer(first, Pod, trim=trim, page_size=1),
+                         Informer(second, Pod, trim=trim, page_size=1)]
+            await asyncio.gather(*(i.run(_iterations=1) for i in informers))
+        assert len(collector_on) == 8 and not any(collector_on)
+        assert gc.isenabled() is enabled_before
+    finally:
+        gc.enable()
 
 
 async def test_stop_ends_a_running_informer():
