@@ -262,7 +262,8 @@ class Informer(Generic[T]):
                                        labels=self.labels, fields=self.fields,
                                        chunk_size=self.page_size)
             # trimmed as each page comes: 40,000 whole pods held at once are ~1 GB
-            entries = [entry async for obj in listing if (entry := self._entry(obj)) is not None]
+            entries = [entry async for obj in listing
+                       if (entry := self._entry(dict(obj))) is not None]
             try:
                 version = listing.resourceVersion
             except NotReadyError:
@@ -373,14 +374,14 @@ class Informer(Generic[T]):
             return
         await self._put(obj, held)
 
-    def _entry(self, obj: Mapping[str, Any]) -> _Entry[T] | None:
+    def _entry(self, obj: dict[str, Any]) -> _Entry[T] | None:
         """An object as the view keeps it (None: no name, or its trim failed)."""
         meta = obj.get("metadata")
         if not isinstance(meta, dict) or not meta.get("name"):
             return None
         key = self._key(meta)
         try:
-            trimmed = self.trim(obj if isinstance(obj, dict) else dict(obj))
+            trimmed = self.trim(obj)
         except Exception:
             log.exception("trim of %s %s failed; the object is ignored", self.name, key)
             return None

@@ -7,7 +7,7 @@ and a readiness that waited for the Lease would never let a rolling update finis
 `gpuslice_scheduler_leader` gauge says which replica leads). `gpuslice scheduler` is command.py.
 Does not: decide placement or write the API itself (bind.py does).
 Failure: configuration and API-access problems raise ConfigError / EnvironmentProblem before
-anything listens; watch failures are the informers' (back-off, relist), never fatal.
+anything is served; watch failures are the informers' (back-off, relist), never fatal.
 Tests: tests/integration/scheduler/
 """
 
