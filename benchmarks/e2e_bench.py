@@ -6,9 +6,11 @@ What runs, each in its own process (so each has a core where the machine has the
 server (tests/kubeapi's server, or a real kube-apiserver + etcd when KUBEBUILDER_ASSETS has
 them), `gpuslice webhook` (HTTPS; on a real kube-apiserver registered with the chart's
 MutatingWebhookConfiguration, rendered by helm, matchConditions and all), `gpuslice
-scheduler` (Lease leader election), the scheduler (tests/kubeapi's driver, which plays
-kube-scheduler with its real bodies one pod at a time, or the real kube-scheduler when
-KUBEBUILDER_ASSETS has one, configured from deploy/scheduler/kube-scheduler-config.yaml), a
+scheduler` (logging at info, from bytecode, as installed), the scheduler (tests/kubeapi's
+driver, which plays kube-scheduler with its real bodies one pod at a time, or the real
+kube-scheduler when KUBEBUILDER_ASSETS has one, configured from
+deploy/scheduler/kube-scheduler-config.yaml: it elects a leader and the extender follows its
+Lease, as deployed; pods are created once both lead), a
 node emulator (this script, `--role agent`) for the 100 nodes' kubelets and node agents: after
 --allocate-ms it writes each bound pod's first kubelet status, as every node does for every pod
 it admits (both modes; the node agent then writes nothing, and the extender's in-flight rule
@@ -521,13 +523,13 @@ def kube_scheduler_config(extender_url: str | None, qps: int) -> dict[str, Any]:
     the stock scheduler alone (the plain run). Both elect a leader (LEASE), and both raise
     clientConnection.qps/burst alike: the default 50 caps kube-scheduler's own writes (events,
     failure statuses)."""
-    deploy = KUBE_SCHEDULER_CONFIG
-    config = {**deploy, "clientConnection": {"qps": qps, "burst": 2 * qps}}
+    config = {**KUBE_SCHEDULER_CONFIG, "clientConnection": {"qps": qps, "burst": 2 * qps}}
     if extender_url is None:
         del config["extenders"]
         config["profiles"] = [{"schedulerName": "default-scheduler"}]
     else:
-        config["extenders"] = [{**deploy["extenders"][0], "urlPrefix": extender_url}]
+        config["extenders"] = [{**KUBE_SCHEDULER_CONFIG["extenders"][0],
+                                "urlPrefix": extender_url}]
     return config
 
 
