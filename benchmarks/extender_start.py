@@ -3,9 +3,10 @@ to get there: `gpuslice scheduler` started against --nodes GPU nodes and --pods 
 GPU pods (each with its assignment), timed from its start to /readyz (both caches listed), and
 its peak RSS (VmHWM) then. While it lists, kube-scheduler's calls wait (up to 3 s) or fail.
 
-The API server is tests/kubeapi's, in its own process (a real kube-apiserver of 40,000 pods
-takes too long to fill on 2 cores); the extender's side of the list is the same. Pods carry
---pad-kib KiB of environment, as real pods carry env, volumes and probes.
+The API server is the real kube-apiserver + etcd when KUBEBUILDER_ASSETS has them, else
+tests/kubeapi's, in its own process. Pods carry --pad-kib KiB of environment, as real pods
+carry env, volumes and probes (a real kube-apiserver drops the status a create carries: its
+pods stay Pending, with their assignment and the allocated mark).
 Usage: python benchmarks/extender_start.py [--nodes 5000 --pods 40000 --runs 3 --json]
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -26,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from e2e_bench import SHAPES, Processes, node_body, node_status, pod_body
 from gpuslice import codec, model
 from kubeapi.bench import cpu_seconds
+from kubeapi.envtest import ControlPlane, find_assets
 from kubeapi.scheduler_driver import api_session
 from kubeapi.server import spawn
 
@@ -107,7 +110,12 @@ async def start_once(procs: Processes) -> dict[str, Any]:
 
 async def main(a: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="extender-start-"))
-    server = spawn(work / "kubeapi", history=1000)
+    assets = find_assets(os.environ.get("KUBEBUILDER_ASSETS"))
+    if assets is not None:
+        server: Any = ControlPlane(assets, work / "envtest").start()
+        name = server.version
+    else:
+        server, name = spawn(work / "kubeapi", history=1000), "tests/kubeapi (own process)"
     try:
         t0 = time.monotonic()
         await fill(server.kubeconfig, a)
@@ -116,7 +124,7 @@ async def main(a: argparse.Namespace) -> dict[str, Any]:
         await start_once(procs)  # writes the bytecode, as pip does at install: not counted
         runs = [await start_once(procs) for _ in range(a.runs)]
         return {"nodes": a.nodes, "pods": a.pods, "pad_kib": a.pad_kib, "filled_in_s": filled,
-                "runs": runs, "api_server": "tests/kubeapi (own process)"}
+                "runs": runs, "api_server": name}
     finally:
         server.stop()
 

@@ -7,7 +7,7 @@ where a refused connection would fail the pod (a FailedScheduling event, a statu
 back-off of up to 10 s for each pod tried meanwhile).
 Failure: ConfigError (bad config, exit 1) or EnvironmentProblem (port taken, no API access:
 exit 3), each saying how to fix it, before anything is served.
-Tests: tests/integration/scheduler/test_extender_restart.py
+Tests: tests/unit/scheduler/test_command.py, tests/integration/scheduler/test_extender_restart.py
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ BACKLOG = 1024  # kube-scheduler's calls that wait for the start: a few dozen at
 
 def listen(address: str, port: int) -> socket.socket:
     """A socket listening on address:port (EnvironmentProblem if it cannot)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET  # "::1", "::"
     try:
-        return socket.create_server((address, port), backlog=BACKLOG)
+        return socket.create_server((address, port), family=family, backlog=BACKLOG)
     except OSError as exc:
         raise EnvironmentProblem(f"cannot listen on {address}:{port}: {exc.strerror or exc}; "
                                  "free the port or choose another (--port)") from exc
