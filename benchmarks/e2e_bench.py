@@ -212,7 +212,10 @@ class Processes:
                     proc.wait(10)
 
 
-async def wait_http(url: str, what: str, timeout: float = 60.0, **kw: Any) -> None:
+async def wait_http(url: str, what: str, timeout: float = 60.0, *, every: float = 0.1,
+                    process: subprocess.Popen[bytes] | None = None, **kw: Any) -> None:
+    """Until `url` answers 200, asked `every` s; a `process` (what serves it) that exits ends
+    the wait at once."""
     deadline = time.monotonic() + timeout
     async with aiohttp.ClientSession() as http:
         while True:
@@ -220,9 +223,12 @@ async def wait_http(url: str, what: str, timeout: float = 60.0, **kw: Any) -> No
                 async with http.get(url, **kw) as r:
                     if r.status == 200:
                         return
+            if process is not None and process.poll() is not None:
+                raise SystemExit(f"e2e_bench: {what} exited ({process.returncode}) before it "
+                                 "was ready")
             if time.monotonic() > deadline:
                 raise SystemExit(f"e2e_bench: {what} did not become ready in {timeout:.0f}s")
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(every)
 
 
 def _trim_pod(pod: dict[str, Any]) -> dict[str, Any]:

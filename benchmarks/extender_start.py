@@ -22,10 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e_bench import SHAPES, Processes, node_body, node_status, pod_body
+from e2e_bench import SHAPES, Processes, node_body, node_status, pod_body, wait_http
 from gpuslice import codec, model
 from kubeapi.bench import cpu_seconds
 from kubeapi.envtest import ControlPlane, find_assets
@@ -88,19 +86,9 @@ async def start_once(procs: Processes) -> dict[str, Any]:
     t0 = time.monotonic()
     procs.start_extender()
     assert procs.extender is not None
-    url = f"http://127.0.0.1:{procs.extender_port}/readyz"
-    async with aiohttp.ClientSession() as http:
-        while True:
-            try:
-                async with http.get(url) as r:
-                    if r.status == 200:
-                        break
-            except aiohttp.ClientError:
-                pass
-            if procs.extender.poll() is not None:
-                raise SystemExit(f"extender_start: the extender exited "
-                                 f"({procs.extender.returncode}); see {procs.work}/scheduler.log")
-            await asyncio.sleep(0.02)
+    await wait_http(f"http://127.0.0.1:{procs.extender_port}/readyz",
+                    f"the extender (see {procs.work}/scheduler.log)", timeout=600, every=0.02,
+                    process=procs.extender)
     out = {"ready_s": round(time.monotonic() - t0, 2),
            "cpu_s": round(cpu_seconds(procs.extender.pid), 2),
            "peak_rss_mib": peak_rss_mib(procs.extender.pid)}

@@ -282,7 +282,7 @@ class ExtenderState:
         old = self.clock() - self.timeout_s
         return {node for g, (node, when, size) in self._gang_chosen.items()
                 if g != but and size and when > old
-                and sum(self._gangs.get(g, {}).values()) < size}
+                and sum(self.gang_held(*g).values()) < size}
 
     def flights(self, node: str) -> list[handoff.Flight]:
         """Pods in flight on `node` now (bound, or being bound, and not yet allocated). A pod
