@@ -29,11 +29,11 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypedDict, TypeVar
 
 import httpx2
 import msgspec
-from lightkube import ALL_NS, AsyncClient, NotReadyError
+from lightkube import ALL_NS, AsyncClient
 from lightkube.core import resource as lkr
 from lightkube.core.client import FieldSelector, LabelSelector
 from lightkube.core.selector import build_selector
@@ -41,7 +41,7 @@ from lightkube.core.selector import build_selector
 from gpuslice.kube import errors
 from gpuslice.kube.client import dict_view
 
-__all__ = ["Backoff", "Change", "Informer", "newer"]
+__all__ = ["Backoff", "Change", "Informer", "decoder", "newer"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,37 @@ def _collector_paused() -> Iterator[None]:
         _pausing -= 1
         if _pausing == 0 and _resume:
             gc.enable()
+
+
+class _Page(TypedDict, total=False):
+    metadata: dict[str, Any]
+    items: list[msgspec.Raw] | None
+
+
+class _Event(TypedDict, total=False):
+    type: Any
+    object: msgspec.Raw
+
+
+def decoder(schema: Any = None) -> Callable[[bytes | msgspec.Raw], Any]:
+    """JSON -> the object, decoded through `schema` (a TypedDict tree: the fields it does not
+    name are skipped, never built, which is most of a Pod's or a Node's bytes); JSON that does
+    not fit it is decoded whole, as with no schema."""
+    if schema is None:
+        return msgspec.json.decode
+    typed = msgspec.json.Decoder(schema)
+
+    def decode(data: bytes | msgspec.Raw) -> Any:
+        try:
+            return typed.decode(data)
+        except msgspec.ValidationError:
+            return msgspec.json.decode(data)
+
+    return decode
+
+
+_decode_page = decoder(_Page)
+_decode_event = decoder(_Event)
 
 
 class _Entry(NamedTuple, Generic[T]):
@@ -168,21 +199,23 @@ class Informer(Generic[T]):
     client: lightkube AsyncClient (kube.client.make_client); resource: a lightkube resource
     class (Pod, Node, ...); namespace: None for all namespaces; labels/fields: lightkube
     selectors ({"gpuslice.io/managed": "true"}, {"spec.nodeName": "gpu-1"}); trim(obj) keeps
-    what the caller needs (default: the whole dict); handler(change) may be sync or async.
+    what the caller needs (default: the whole dict); schema: the fields trim reads, as a
+    TypedDict tree (decoder()), so a list or an event builds nothing else (None: all of
+    them); handler(change) may be sync or async.
     """
 
     def __init__(self, client: AsyncClient, resource: type, *, namespace: str | None = None,
                  labels: LabelSelector | None = None, fields: FieldSelector | None = None,
                  trim: Callable[[dict[str, Any]], T] = lambda obj: obj,  # type: ignore
                  handler: Callable[[Change[T]], Awaitable[None] | None] | None = None,
-                 page_size: int = 500, watch_timeout_s: int = 300,
+                 schema: Any = None, page_size: int = 500, watch_timeout_s: int = 300,
                  backoff: Backoff | None = None, name: str | None = None) -> None:
         self.client, self.resource = client, resource
         # lightkube reads namespace=None as "the client's default namespace"
         namespaced = issubclass(resource, lkr.NamespacedResource)
         self.namespace = (namespace or ALL_NS) if namespaced else None
         self.labels, self.fields = labels, fields
-        self.trim, self.handler = trim, handler
+        self.trim, self.handler, self._decode = trim, handler, decoder(schema)
         self.page_size, self.watch_timeout_s = page_size, watch_timeout_s
         self.backoff = backoff or Backoff()
         self.name = name or resource.__name__.lower() + "s"
@@ -257,17 +290,14 @@ class Informer(Generic[T]):
 
     async def _list_and_replace(self) -> None:
         what = f"list {self.name}"
+        entries: list[_Entry[T]] = []
+        version = ""
         with errors.translate(what):
-            listing = self.client.list(self._view, namespace=self.namespace,
-                                       labels=self.labels, fields=self.fields,
-                                       chunk_size=self.page_size)
-            # trimmed as each page comes: 40,000 whole pods held at once are ~1 GB
-            entries = [entry async for obj in listing
-                       if (entry := self._entry(dict(obj))) is not None]
-            try:
-                version = listing.resourceVersion
-            except NotReadyError:
-                version = ""
+            async for items, at in self._pages():
+                version = at  # the list's: the same on every page
+                # trimmed as each page comes: 40,000 whole pods held at once are ~1 GB
+                entries += [entry for raw in items
+                            if (entry := self._entry(self._decode(raw))) is not None]
         if not version:
             raise errors.Unavailable(f"{what}: the reply has no resourceVersion to watch from")
         await self._replace(entries)
@@ -314,11 +344,8 @@ class Informer(Generic[T]):
         # as client-go: between 1x and 2x, so many watchers do not all reconnect together
         timeout_s = int(self.watch_timeout_s * random.uniform(1.0, 2.0))
         params: dict[str, Any] = {"resourceVersion": self.resource_version,
-                                  "allowWatchBookmarks": "true", "timeoutSeconds": timeout_s}
-        if self.labels:
-            params["labelSelector"] = build_selector(self.labels)
-        if self.fields:
-            params["fieldSelector"] = build_selector(self.fields, for_fields=True)
+                                  "allowWatchBookmarks": "true", "timeoutSeconds": timeout_s,
+                                  **self._selectors()}
         what = f"watch {self.name}"
         with errors.translate(what):
             request = generic.prepare_request("list", res=self._view, namespace=self.namespace,
@@ -332,9 +359,41 @@ class Informer(Generic[T]):
                     await response.aread()
                     generic.raise_for_status(response)
                 async for line in _lines(response.aiter_bytes()):
-                    yield msgspec.json.decode(line)
+                    event = _decode_event(line)
+                    if isinstance(event, dict) and isinstance(event.get("object"), msgspec.Raw):
+                        raw = event["object"]  # an ERROR's Status is read whole
+                        event["object"] = (msgspec.json.decode(raw) if event.get("type") == "ERROR"
+                                           else self._decode(raw))
+                    yield event
             finally:
                 await response.aclose()
+
+    async def _pages(self) -> AsyncIterator[tuple[list[Any], str]]:
+        """The list, a page (`page_size` objects, as undecoded JSON) at a time, with the
+        resourceVersion it was read at. Sent as lightkube's own list would be (its request
+        builder: auth, paths, TLS), but each object is decoded by the caller, through the
+        schema."""
+        generic = self.client._client  # lightkube 1.0: GenericAsyncClient
+        params: dict[str, Any] = {"limit": self.page_size, **self._selectors()}
+        while True:
+            request = generic.prepare_request("list", res=self._view, namespace=self.namespace,
+                                              params=params)
+            response = await generic.send(generic.build_adapter_request(request))
+            generic.raise_for_status(response)
+            page = _decode_page(response.content)
+            meta = page.get("metadata") or {}
+            yield page.get("items") or [], str(meta.get("resourceVersion") or "")
+            if not meta.get("continue"):
+                return
+            params = {**params, "continue": meta["continue"]}
+
+    def _selectors(self) -> dict[str, str]:
+        params = {}
+        if self.labels:
+            params["labelSelector"] = build_selector(self.labels)
+        if self.fields:
+            params["fieldSelector"] = build_selector(self.fields, for_fields=True)
+        return params
 
     async def observe(self, obj: dict[str, Any]) -> None:
         """Apply an object of this informer's selection read outside the watch (a GET), as
@@ -374,9 +433,9 @@ class Informer(Generic[T]):
             return
         await self._put(obj, held)
 
-    def _entry(self, obj: dict[str, Any]) -> _Entry[T] | None:
+    def _entry(self, obj: Any) -> _Entry[T] | None:
         """An object as the view keeps it (None: no name, or its trim failed)."""
-        meta = obj.get("metadata")
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
         if not isinstance(meta, dict) or not meta.get("name"):
             return None
         key = self._key(meta)

@@ -40,7 +40,7 @@ from gpuslice.scheduler.filter import Evaluator
 from gpuslice.scheduler.follow import LeaseFollower
 from gpuslice.scheduler.metrics import Metrics
 from gpuslice.scheduler.recheck import FlightRecheck
-from gpuslice.scheduler.state import ExtenderState, trim_node, trim_pod
+from gpuslice.scheduler.state import ExtenderState, NodeFields, PodFields, trim_node, trim_pod
 
 __all__ = ["Extender"]
 
@@ -63,13 +63,14 @@ class Extender:
         self.binder = Binder(client, self.evaluator, self.recorder, attempts=cfg.bind_attempts,
                              clock=clock, gang_split=self.metrics.gang_split.inc)
         self.metrics.leader.set_function(lambda: float(self.is_leader()))
-        self.nodes: Informer[Any] = Informer(client, Node, trim=trim_node,
+        self.nodes: Informer[Any] = Informer(client, Node, trim=trim_node, schema=NodeFields,
                                              handler=self._node_changed)
         # bound pods only: a pending pod holds nothing, and filter and bind get it from
         # kube-scheduler (a creation and kube-scheduler's status writes are no events here)
         self.pods: Informer[Any] = Informer(client, Pod, labels={handoff.MANAGED_LABEL: "true"},
                                             fields={"spec.nodeName": op.not_equal("")},
-                                            trim=trim_pod, handler=self._pod_changed)
+                                            trim=trim_pod, schema=PodFields,
+                                            handler=self._pod_changed)
         self.elector = self._elector()
         self._tasks: list[asyncio.Task[Any]] = []
         self._runner: web.AppRunner | None = None

@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from operator import attrgetter
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
@@ -33,7 +33,8 @@ from gpuslice.allocator import AllocationError, ClusterState
 from gpuslice.errors import CodecError
 from gpuslice.model import NodeInventory, PodAssignment
 
-__all__ = ["ExtenderState", "gang_key", "pod_key", "trim_node", "trim_pod"]
+__all__ = ["ExtenderState", "NodeFields", "PodFields", "gang_key", "pod_key", "trim_node",
+           "trim_pod"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,54 @@ _KEEP_ANNOTATIONS = frozenset({codec.ASSIGNMENT_ANNOTATION, handoff.BOUND_AT, ha
                                *dialects.ANNOTATIONS})
 _CONTAINER_KEYS = ("name", "restartPolicy", "resources")
 _INIT_AND_APP = ("initContainers", "containers")
+
+
+# What trim_node and trim_pod read, as schemas for the informers (kube/cache.py decoder()):
+# a watched Pod or Node is decoded into these fields alone, its env, managedFields, images and
+# the rest skipped unbuilt. tests/unit/scheduler/test_trim_fields.py holds each trim equal
+# through its schema and without.
+class _Meta(TypedDict, total=False):
+    name: Any
+    namespace: Any
+    uid: Any
+    resourceVersion: Any
+    creationTimestamp: Any
+    deletionTimestamp: Any
+    annotations: Any
+    labels: Any
+
+
+class NodeFields(TypedDict, total=False):
+    metadata: _Meta
+
+
+class _Container(TypedDict, total=False):
+    name: Any
+    restartPolicy: Any
+    resources: Any
+
+
+class _PodSpec(TypedDict, total=False):
+    nodeName: Any
+    schedulerName: Any
+    initContainers: list[_Container]
+    containers: list[_Container]
+
+
+class _Named(TypedDict, total=False):
+    name: Any
+
+
+class _PodStatus(TypedDict, total=False):
+    phase: Any
+    initContainerStatuses: list[_Named]
+    containerStatuses: list[_Named]
+
+
+class PodFields(TypedDict, total=False):
+    metadata: _Meta
+    spec: _PodSpec
+    status: _PodStatus
 
 
 def trim_node(node: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+from typing import Any, TypedDict
 
 import pytest
 from kube_helpers import (
@@ -12,6 +13,7 @@ from kube_helpers import (
     ScriptedAPI,
     bookmark,
     event,
+    gone,
     mock_client,
     pod,
     run_until_idle,
@@ -194,6 +196,31 @@ async def test_the_cyclic_collector_is_off_during_lists_and_as_it_was_after(enab
         assert gc.isenabled() is enabled_before
     finally:
         gc.enable()
+
+
+class _Named(TypedDict, total=False):
+    name: str
+
+
+class _NameOnly(TypedDict, total=False):
+    metadata: dict[str, Any]
+    spec: _Named
+
+
+async def test_a_schema_builds_only_its_fields_and_reads_what_does_not_fit_it_whole():
+    """Listed and watched objects are decoded through the schema (env, managedFields and the
+    rest never built); an object that does not fit it is decoded whole, and an ERROR event's
+    Status is read whole: a 410 still lists again."""
+    big = {"spec": {"name": "x", "env": [{"name": "A", "value": "1"}]}, "status": {"phase": "R"}}
+    api = ScriptedAPI(lists=[([pod("a", 3, **big), pod("b", 4, spec="not an object")], 10),
+                             ([pod("a", 12, **big)], 20)],
+                      watches=[[event("MODIFIED", pod("b", 11, spec={"name": "y"})), gone(11)],
+                               []])
+    informer, seen = await run_informer(api, schema=_NameOnly)
+    assert seen[0].new == {"metadata": pod("a", 3)["metadata"], "spec": {"name": "x"}}
+    assert seen[1].new["spec"] == "not an object", "read whole: nothing lost"
+    assert seen[2].new == {"metadata": pod("b", 11)["metadata"], "spec": {"name": "y"}}
+    assert informer.relists == 1 and informer.store["ml/a"]["metadata"]["resourceVersion"] == "12"
 
 
 async def test_stop_ends_a_running_informer():
