@@ -189,9 +189,10 @@ class Extender:
         (gc.freeze): a full collection would otherwise walk every cached Node and Pod (5,000
         nodes and 40,000 pods: 630,000 objects, a 0.4 s pause in the middle of a filter). Objects
         made later are collected as usual; only reference cycles among the frozen ones would
-        outlive their use (one freeze, at start)."""
+        outlive their use (one freeze, at start). No full collection first: the young one that
+        ends the lists' pause (kube/cache.py) has freed their cycles, and another walk of
+        everything held would only delay readiness."""
         await self.synced()
-        gc.collect()
         gc.freeze()
         log.info("caches synced: %d objects frozen out of garbage collection",
                  gc.get_freeze_count())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import weakref
 from typing import Any, TypedDict
 
 import pytest
@@ -175,13 +176,22 @@ async def test_a_paged_list_is_trimmed_page_by_page_never_held_whole():
     assert informer.store == {f"ml/p{i}": f"p{i}" for i in range(5)}
 
 
+class Cycle:
+    me: Cycle
+
+
 @pytest.mark.parametrize("enabled_before", [True, False])
 async def test_the_cyclic_collector_is_off_during_lists_and_as_it_was_after(enabled_before):
-    """Concurrent lists share one pause, and a collector someone else turned off stays off."""
+    """Concurrent lists share one pause, and a collector someone else turned off stays off;
+    cycles made during a list are freed as the pause ends."""
     collector_on: list[bool] = []
+    cycles: list[weakref.ref] = []
 
     def trim(obj):
         collector_on.append(gc.isenabled())
+        cycle = Cycle()
+        cycle.me = cycle
+        cycles.append(weakref.ref(cycle))
         return obj
 
     apis = [ScriptedAPI(lists=[([pod(f"{n}{i}", i + 1) for i in range(4)], 10)], watches=[])
@@ -194,6 +204,7 @@ async def test_the_cyclic_collector_is_off_during_lists_and_as_it_was_after(enab
             await asyncio.gather(*(i.run(_iterations=1) for i in informers))
         assert len(collector_on) == 8 and not any(collector_on)
         assert gc.isenabled() is enabled_before
+        assert all(c() is None for c in cycles) is enabled_before
     finally:
         gc.enable()
 
