@@ -8,6 +8,7 @@ tests/kubeapi's, in its own process. Pods carry --pad-kib KiB of environment, as
 carry env, volumes and probes (a real kube-apiserver drops the status a create carries: its
 pods stay Pending, with their assignment and the allocated mark).
 Usage: python benchmarks/extender_start.py [--nodes 5000 --pods 40000 --runs 3 --json]
+       [--baseline ../other-checkout]  (its starts alternate with this checkout's, one fill)
 """
 
 from __future__ import annotations
@@ -109,8 +110,16 @@ async def main(a: argparse.Namespace) -> dict[str, Any]:
         await fill(server.kubeconfig, a)
         filled = round(time.monotonic() - t0, 1)
         procs = Processes(work, server.kubeconfig, follow=False)
-        await start_once(procs)  # writes the bytecode, as pip does at install: not counted
-        runs = [await start_once(procs) for _ in range(a.runs)]
+        codes = {"this checkout": str(Path(__file__).resolve().parents[1] / "src")}
+        if a.baseline:
+            codes["baseline"] = str(Path(a.baseline).resolve() / "src")
+        runs = []
+        for i in range(a.runs + 1):
+            for code, src in codes.items():  # alternated on one cluster
+                procs.env["PYTHONPATH"] = src
+                result = await start_once(procs)
+                if i:  # the first start of each writes its bytecode, as pip does: not counted
+                    runs.append({"code": code, **result})
         return {"nodes": a.nodes, "pods": a.pods, "pad_kib": a.pad_kib, "filled_in_s": filled,
                 "runs": runs, "api_server": name}
     finally:
@@ -123,6 +132,9 @@ if __name__ == "__main__":
     p.add_argument("--pods", type=int, default=40000)
     p.add_argument("--pad-kib", type=int, default=4)
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--baseline", metavar="CHECKOUT",
+                   help="another checkout (a git worktree) whose extender starts alternate with "
+                        "this one's on the same cluster")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     result = asyncio.run(main(args))

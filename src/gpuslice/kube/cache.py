@@ -39,7 +39,7 @@ from lightkube.core.client import FieldSelector, LabelSelector
 from lightkube.core.selector import build_selector
 
 from gpuslice.kube import errors
-from gpuslice.kube.client import dict_view
+from gpuslice.kube.client import dict_view, type_meta
 
 __all__ = ["Backoff", "Change", "Informer", "decoder", "newer"]
 
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _TOMBSTONES = 10_000  # deleted keys remembered, oldest forgotten first
+_TRIM_BATCH = 100  # listed objects decoded and trimmed between two turns of the event loop
 
 
 _pausing = 0  # lists under way that paused the collector (the collector is process-wide)
@@ -217,6 +218,7 @@ class Informer(Generic[T]):
         self.namespace = (namespace or ALL_NS) if namespaced else None
         self.labels, self.fields = labels, fields
         self.trim, self.handler, self._decode = trim, handler, decoder(schema)
+        self._type_meta = type_meta(resource)
         self.page_size, self.watch_timeout_s = page_size, watch_timeout_s
         self.backoff = backoff or Backoff()
         self.name = name or resource.__name__.lower() + "s"
@@ -294,11 +296,16 @@ class Informer(Generic[T]):
         entries: list[_Entry[T]] = []
         version = ""
         with errors.translate(what):
-            async for items, at in self._pages():
-                version = at  # the list's: the same on every page
-                # trimmed as each page comes: 40,000 whole pods held at once are ~1 GB
-                entries += [entry for raw in items
-                            if (entry := self._entry(self._decode(raw))) is not None]
+            async with contextlib.aclosing(self._pages()) as pages:
+                async for items, at in pages:
+                    version = at  # the list's: the same on every page
+                    # trimmed as each page comes (40,000 whole pods held at once are ~1 GB), a
+                    # batch at a time, each after a turn of the event loop: the next page's
+                    # request goes out first, and no other task waits longer than a batch
+                    for i in range(0, len(items), _TRIM_BATCH):
+                        await asyncio.sleep(0)
+                        entries += [entry for raw in items[i:i + _TRIM_BATCH]
+                                    if (entry := self._entry(self._object(raw))) is not None]
         if not version:
             raise errors.Unavailable(f"{what}: the reply has no resourceVersion to watch from")
         await self._replace(entries)
@@ -364,29 +371,46 @@ class Informer(Generic[T]):
                     if isinstance(event, dict) and isinstance(event.get("object"), msgspec.Raw):
                         raw = event["object"]  # an ERROR's Status is read whole
                         event["object"] = (msgspec.json.decode(raw) if event.get("type") == "ERROR"
-                                           else self._decode(raw))
+                                           else self._object(raw))
                     yield event
             finally:
                 await response.aclose()
 
     async def _pages(self) -> AsyncIterator[tuple[list[Any], str]]:
         """The list, a page (`page_size` objects, as undecoded JSON) at a time, with the
-        resourceVersion it was read at. Sent as lightkube's own list would be (its request
-        builder: auth, paths, TLS), but each object is decoded by the caller, through the
-        schema."""
-        generic = self.client._client  # lightkube 1.0: GenericAsyncClient
+        resourceVersion it was read at. The next page is asked for before this one is handed
+        over, so the API server serves it while the caller decodes this one (two pages held at
+        most). Sent as lightkube's own list would be (its request builder: auth, paths, TLS),
+        but each object is decoded by the caller, through the schema."""
         params: dict[str, Any] = {"limit": self.page_size, **self._selectors()}
-        while True:
-            request = generic.prepare_request("list", res=self._view, namespace=self.namespace,
-                                              params=params)
-            response = await generic.send(generic.build_adapter_request(request))
-            generic.raise_for_status(response)
-            page = _decode_page(response.content)
-            meta = page.get("metadata") or {}
-            yield page.get("items") or [], str(meta.get("resourceVersion") or "")
-            if not meta.get("continue"):
-                return
-            params = {**params, "continue": meta["continue"]}
+        ahead: asyncio.Task[Any] | None = asyncio.ensure_future(self._page(params))
+        try:
+            while ahead is not None:
+                page = await ahead
+                meta = page.get("metadata") or {}
+                token = meta.get("continue")
+                ahead = asyncio.ensure_future(self._page({**params, "continue": token})) \
+                    if token else None
+                yield page.get("items") or [], str(meta.get("resourceVersion") or "")
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+
+    async def _page(self, params: dict[str, Any]) -> Any:
+        generic = self.client._client  # lightkube 1.0: GenericAsyncClient
+        request = generic.prepare_request("list", res=self._view, namespace=self.namespace,
+                                          params=params)
+        response = await generic.send(generic.build_adapter_request(request))
+        generic.raise_for_status(response)
+        return _decode_page(response.content)
+
+    def _object(self, raw: msgspec.Raw) -> Any:
+        """A listed or watched object, through the schema, with its apiVersion and kind (a
+        list's items come without them; whatever names the object, an Event, needs them)."""
+        obj = self._decode(raw)
+        if isinstance(obj, dict) and "kind" not in obj:
+            obj.update(self._type_meta)
+        return obj
 
     def _selectors(self) -> dict[str, str]:
         params = {}

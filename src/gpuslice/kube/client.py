@@ -121,15 +121,20 @@ def dict_view(resource: type[Any]) -> type[Any]:
     else:
         raise TypeError(f"{resource!r} is not a lightkube resource class")
     info = lkr.api_info(resource)
-    group, version = info.resource.group, info.resource.version
-    type_meta = (("apiVersion", f"{group}/{version}" if group else version),
-                 ("kind", info.resource.kind))
+    meta = type_meta(resource)
 
     def __init__(self: dict[str, Any], *args: Any, **kwargs: Any) -> None:
         dict.__init__(self, *args, **kwargs)
         # kube-apiserver sends the items of a list without apiVersion and kind (a watch
         # event's object has them); events and anything else that names the object need them
         if "kind" not in self:
-            self.update(type_meta)
+            self.update(meta)
 
     return type(resource.__name__, (base, Generic), {"_api_info": info, "__init__": __init__})
+
+
+def type_meta(resource: type[Any]) -> dict[str, str]:
+    """apiVersion and kind of lightkube resource class `resource`'s objects."""
+    info = lkr.api_info(resource).resource
+    return {"apiVersion": f"{info.group}/{info.version}" if info.group else info.version,
+            "kind": info.kind}

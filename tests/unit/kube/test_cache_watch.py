@@ -160,7 +160,8 @@ async def test_a_paged_list_is_read_whole_before_synced():
 
 async def test_a_paged_list_is_trimmed_page_by_page_never_held_whole():
     """40,000 bound pods held whole before trimming took ~1 GB, the extender's memory limit:
-    each object is trimmed before the next page is asked for."""
+    each object is trimmed before the page after next is asked for. The next page is asked
+    for before this one is trimmed, so the server serves it meanwhile."""
     items = [pod(f"p{i}", i + 1) for i in range(5)]
     api = ScriptedAPI(lists=[(items, 10)], watches=[])
     pages_read_at_trim: list[int] = []
@@ -172,7 +173,8 @@ async def test_a_paged_list_is_trimmed_page_by_page_never_held_whole():
     async with mock_client(api) as client:
         informer = Informer(client, Pod, trim=trim, page_size=2)
         await informer.run(_iterations=1)
-    assert pages_read_at_trim == [1, 1, 2, 2, 3]
+    assert pages_read_at_trim == [2, 2, 3, 3, 3], "one page ahead, never more"
+    assert api.list_count == 3, "no page asked for after the last"
     assert informer.store == {f"ml/p{i}": f"p{i}" for i in range(5)}
 
 
@@ -220,17 +222,22 @@ class _NameOnly(TypedDict, total=False):
 
 async def test_a_schema_builds_only_its_fields_and_reads_what_does_not_fit_it_whole():
     """Listed and watched objects are decoded through the schema (env, managedFields and the
-    rest never built); an object that does not fit it is decoded whole, and an ERROR event's
-    Status is read whole: a 410 still lists again."""
+    rest never built), with their apiVersion and kind (a list's items come without); an
+    object that does not fit it is decoded whole, and an ERROR event's Status is read whole:
+    a 410 still lists again."""
     big = {"spec": {"name": "x", "env": [{"name": "A", "value": "1"}]}, "status": {"phase": "R"}}
-    api = ScriptedAPI(lists=[([pod("a", 3, **big), pod("b", 4, spec="not an object")], 10),
+    listed = {k: v for k, v in pod("a", 3, **big).items() if k not in ("apiVersion", "kind")}
+    api = ScriptedAPI(lists=[([listed, pod("b", 4, spec="not an object")], 10),
                              ([pod("a", 12, **big)], 20)],
                       watches=[[event("MODIFIED", pod("b", 11, spec={"name": "y"})), gone(11)],
                                []])
     informer, seen = await run_informer(api, schema=_NameOnly)
-    assert seen[0].new == {"metadata": pod("a", 3)["metadata"], "spec": {"name": "x"}}
+    type_meta = {"apiVersion": "v1", "kind": "Pod"}
+    assert seen[0].new == {**type_meta, "metadata": pod("a", 3)["metadata"],
+                           "spec": {"name": "x"}}
     assert seen[1].new["spec"] == "not an object", "read whole: nothing lost"
-    assert seen[2].new == {"metadata": pod("b", 11)["metadata"], "spec": {"name": "y"}}
+    assert seen[2].new == {**type_meta, "metadata": pod("b", 11)["metadata"],
+                           "spec": {"name": "y"}}
     assert informer.relists == 1 and informer.store["ml/a"]["metadata"]["resourceVersion"] == "12"
 
 
