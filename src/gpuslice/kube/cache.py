@@ -1,8 +1,10 @@
 """A list+watch cache (an informer) of one kind of object: the services' view of the cluster.
 
-Owns: `Informer.run()`: list (paged), deliver every object as ADDED, set `synced`, then watch
-from the list's resourceVersion with bookmarks, keeping the last resourceVersion seen. `store`
-maps "namespace/name" (or "name") to the trimmed object; `handler(Change)` sees each change.
+Owns: `Informer.run()`: list (paged, a page ahead), deliver every object as ADDED, set
+`synced`, then watch from the list's resourceVersion with bookmarks, keeping the last
+resourceVersion seen. Each listed or watched object is decoded through the caller's `schema`
+(only the fields its trim reads are built) and trimmed. `store` maps "namespace/name" (or
+"name") to the trimmed object; `handler(Change)` sees each change.
 `observe` / `observe_gone` apply what a GET found as the watch would (scheduler/recheck.py).
 Invariants: the handler's view never goes backwards: a change is delivered only when the
 object's resourceVersion is newer than the one held, compared as integers when both are
@@ -393,8 +395,9 @@ class Informer(Generic[T]):
                     if token else None
                 yield page.get("items") or [], str(meta.get("resourceVersion") or "")
         finally:
-            if ahead is not None:
+            if ahead is not None:  # a list given up: its next page is not wanted, nor its error
                 ahead.cancel()
+                ahead.add_done_callback(lambda task: task.cancelled() or task.exception())
 
     async def _page(self, params: dict[str, Any]) -> Any:
         generic = self.client._client  # lightkube 1.0: GenericAsyncClient
