@@ -103,7 +103,9 @@ def decoder(schema: Any = None) -> Callable[[bytes | msgspec.Raw], Any]:
     return decode
 
 
-_decode_page = decoder(_Page)
+# a list reply of another shape is undecodable (errors.translate: Unavailable, retried with
+# back-off, as lightkube's list answered it); a watch line of another shape is skipped
+_decode_page = msgspec.json.Decoder(_Page).decode
 _decode_event = decoder(_Event)
 
 

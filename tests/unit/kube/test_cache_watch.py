@@ -8,6 +8,7 @@ import json
 import weakref
 from typing import Any, TypedDict
 
+import httpx2
 import pytest
 from kube_helpers import (
     RecordingBackoff,
@@ -148,6 +149,17 @@ async def test_malformed_and_unknown_events_are_skipped(caplog):
     _informer, seen = await run_informer(api)
     assert [c.key for c in seen] == ["ml/b"]
     assert caplog.text.count("skipped") == 4
+
+
+@pytest.mark.parametrize("reply", [[1, 2], {"metadata": {"resourceVersion": "5"}, "items": {}},
+                                   {"metadata": "x", "items": []}])
+async def test_a_list_reply_of_another_shape_is_retried_with_back_off(reply):
+    """As lightkube's own list answered it: an undecodable reply, never a dead informer."""
+    api = ScriptedAPI(lists=[httpx2.Response(200, json=reply), ([pod("a", 1)], 10)],
+                      watches=[[]])
+    informer, _seen = await run_informer(api)
+    assert sorted(informer.store) == ["ml/a"] and api.list_count == 2
+    assert len(informer.backoff.delays) >= 1, "the first list was retried after a delay"
 
 
 async def test_a_paged_list_is_read_whole_before_synced():
