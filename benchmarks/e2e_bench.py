@@ -17,7 +17,9 @@ it admits (both modes; the node agent then writes nothing, and the extender's in
 ends at that status), or with --no-kubelet-status the agent's gpuslice.io/allocated mark
 instead, and this process, which creates the pods (--concurrency in flight, plain aiohttp: the
 harness's kubectl).
---restart SIGKILLs the extender when half the pods are bound and starts a new one.
+--restart SIGKILLs the extender when half the pods are bound and starts a new one; `restart`
+then says when (seconds from the first create), how long until it was ready, the longest pause
+between two binds after the kill, and the binds of each second of the run.
 --group N makes every N pods in a row one job (one shape) and counts in `groups_split` the jobs
 whose pods were bound to more than one node; --gang also gives each job's pods one
 `gpuslice.io/gang`, which the extender keeps on one node, and --gang-size its
@@ -39,6 +41,7 @@ import base64
 import contextlib
 import copy
 import gc
+import itertools
 import json
 import os
 import random
@@ -460,7 +463,8 @@ async def agent_role(a: argparse.Namespace) -> None:
     say({"ready": True, "cpu_s": time.process_time()})
     say({"half": await agent.wait_bound(a.pods // 2, a.timeout)})
     bound = await agent.wait_bound(a.pods, a.timeout)
-    say({"bound": bound, "last": max(agent.bound.values(), default=None)})
+    say({"bound": bound, "last": max(agent.bound.values(), default=None),
+         "times": sorted(agent.bound.values())})
     await stdin_closed()
     await agent.finish()
     agent.informer.stop()
@@ -629,12 +633,13 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
 
             creating = asyncio.gather(*(create(b) for b in bodies))
             await agent.line()  # half of the pods are bound
-            restarted = False
+            restart: dict[str, float] = {}
             if a.restart and not a.plain:
+                restart["killed"] = time.monotonic()
                 procs.kill_extender(signal.SIGKILL)  # no clean-up: a crash mid-stream
                 procs.start_extender()
                 await wait_http(f"{ext_url}/readyz", "the restarted extender")
-                restarted = True
+                restart["ready"] = time.monotonic()
             await creating
         cpu = {"pod creation": time.process_time() - cpu_before}
         done = await agent.line()
@@ -657,7 +662,8 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             "pods_per_s": round(bound / elapsed, 1) if elapsed > 0 else None,
             "bound": bound, "pods": a.pods, "nodes": a.nodes, "gpus_per_node": a.gpus,
             "seconds": round(elapsed, 2), "overcommitted_gpus": bad,
-            "bound_without_assignment": stray, "restarted_extender": restarted,
+            "bound_without_assignment": stray, "restarted_extender": bool(restart),
+            "restart": restart_timeline(restart, done["times"], t0) if restart else None,
             "groups_split": split, "gangs": a.gang and a.group > 1,
             "gang_size": a.gang_size and a.gang and a.group > 1, "policy": a.policy,
             "node_write_failures": emulated["failures"],
@@ -687,6 +693,21 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             server.stop()
         if plane is not None:
             plane.stop()
+
+
+def restart_timeline(restart: dict[str, float], times: list[float], t0: float
+                     ) -> dict[str, Any]:
+    """When the extender was killed and ready again (seconds from the first create), the
+    longest pause between two binds after the kill, and the binds of each second of the run:
+    what a restart costs the rate."""
+    killed = restart["killed"]
+    after = [killed, *(t for t in times if t >= killed)]
+    per_s = Counter(int(t - t0) for t in times)
+    return {"killed_at_s": round(killed - t0, 2),
+            "ready_after_s": round(restart["ready"] - killed, 2),
+            "longest_pause_s": round(max(b - a for a, b in itertools.pairwise(after))
+                                     if len(after) > 1 else 0.0, 2),
+            "binds_per_s": [per_s[i] for i in range(max(per_s) + 1)] if per_s else []}
 
 
 async def api_requests(kubeconfig: Path) -> Counter[str]:

@@ -35,6 +35,11 @@ def test_a_burst_survives_an_extender_crash_with_nothing_over_committed(kube_con
     assert out["webhook"].startswith("gpuslice webhook")
     assert out["restarted_extender"] is True
     assert out["bound"] == 300
+    # the restart's timeline: every bind in one of the seconds, the kill within the run
+    restart = out["restart"]
+    assert sum(restart["binds_per_s"]) == 300
+    assert 0 < restart["killed_at_s"] <= out["seconds"] and restart["ready_after_s"] > 0
+    assert 0 <= restart["longest_pause_s"] <= out["seconds"]
     assert out["overcommitted_gpus"] == 0 and out["bound_without_assignment"] == 0
     # every process's CPU is reported, the real control plane's included
     assert {"kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager", "extender",
