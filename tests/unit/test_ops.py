@@ -37,6 +37,15 @@ def test_log_lines_are_json_with_extra_fields():
     assert line["time"].endswith("Z")
 
 
+def test_an_extra_json_has_no_type_for_is_written_as_its_text():
+    loop: dict[str, object] = {}
+    loop["self"] = loop
+    for value, shown in ((object, str(object)), ({3: b"x"}, {"3": "eA=="}), (loop, str(loop))):
+        record = logging.LogRecord("gpuslice.x", logging.INFO, __file__, 1, "m", (), None)
+        record.value = value
+        assert json.loads(ops.JSONFormatter().format(record))["value"] == shown
+
+
 def test_the_http_clients_request_lines_show_at_debug_only(capsys):
     root, saved = logging.getLogger(), logging.getLogger().handlers[:]
     try:
