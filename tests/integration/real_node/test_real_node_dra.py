@@ -57,7 +57,12 @@ def dra_node(real_tier_slot, real_plane):
                       if s["spec"].get("nodeName") == self.name and s["spec"].get("devices")]
             return conds.get("Ready") == "True" and not n["spec"].get("taints") and bool(slices)
 
-    node = DraNode(plane.assets, plane.kubeconfig, gpus=2)
+    # three fake GPUs of 16 GiB: the five pods' claims need 24.5 GiB, and kube-scheduler's
+    # allocator takes the first device with room for each claim, in the order it happens to
+    # schedule them; on two GPUs that order could fill one so the two-GPU pod fit on neither
+    # ("cannot allocate all claims": 4 of 35 runs here), and no event brought it back in time
+    # (docs/dra.md, troubleshooting)
+    node = DraNode(plane.assets, plane.kubeconfig, gpus=3)
     node.agent_settings = {
         "gpuPath": "dra", "resources": [],
         "dra": {"enabled": True, "pluginDir": str(node.root_dir / "plugins" / DRIVER),
