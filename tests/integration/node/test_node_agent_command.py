@@ -4,6 +4,7 @@ cleanly (exit 0, plugin sockets removed)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -59,7 +60,9 @@ async def test_the_command_registers_and_stops_cleanly_on_sigterm(kube_api):
         err = (await proc.stderr.read()).decode()
         assert rc == 0, err
         assert not list((base / "dp").glob("gpuslice-*.sock")), "plugin sockets removed"
-        assert '"msg": "node agent serving"' in err, "JSON log lines"
+        lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+        assert {"level": "info", "msg": "node agent serving"}.items() <= \
+            next(x for x in lines if x["msg"] == "node agent serving").items(), "JSON lines"
     finally:
         if proc.returncode is None:
             proc.kill()
