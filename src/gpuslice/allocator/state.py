@@ -5,9 +5,11 @@ assign/release, usage).
 Does not: talk to Kubernetes (the extender rebuilds a ClusterState from annotations alone,
 so `assign` accepts any valid assignment, whichever policy chose it).
 Invariants: per-GPU usage == sum of the footprints of the committed pods (usage.py's lifecycle
-rule); no GPU is over-committed in memory, cores or slots; every node's NodeSnapshot is
-rebuilt on each change to it (O(GPUs)) and its NodeTable row updated (the table is rebuilt
-lazily when the node set changes), so a filter over all nodes reads summary columns first;
+rule); no GPU is over-committed in memory, cores or slots (assign checks the usage itself);
+a node's NodeSnapshot is rebuilt (O(GPUs)) and its NodeTable row updated once before the first
+read after any change to it (_fresh: a relist of 40,000 pods rebuilds each node once, not once
+per pod; the table is rebuilt lazily when the node set changes), so a filter over all nodes
+reads summary columns first;
 prepared pods (fit.prepare, pure) are reused per shape, at most _PREPARED kept; with `reuse`
 (the default) every-node filter results and their scores (FilterResult.scores) are kept per
 shape and only the nodes changed since are decided again (reuse.py).
@@ -54,6 +56,7 @@ class ClusterState:
         self._inv: dict[str, NodeInventory] = {}
         self._use: dict[str, list[Use]] = {}
         self._snap: dict[str, NodeSnapshot] = {}
+        self._stale: set[str] = set()  # nodes whose usage changed since their snapshot
         self._pods: dict[str, PodAssignment] = {}
         self._fp: dict[str, dict[str, Use]] = {}
         self._node_pods: dict[str, set[str]] = {}
@@ -105,6 +108,7 @@ class ClusterState:
                 self._reuse.changed(name)
         self._use.pop(name, None)
         self._snap.pop(name, None)
+        self._stale.discard(name)
         return dropped
 
     def nodes(self) -> list[str]:
@@ -121,9 +125,16 @@ class ClusterState:
 
     def snapshot(self, name: str) -> NodeSnapshot:
         """The node's current immutable snapshot (KeyError if unknown)."""
+        self._fresh()
         return self._snap[name]
 
+    def _fresh(self) -> None:
+        """Rebuild the snapshots of the nodes changed since they were last read."""
+        while self._stale:
+            self._rebuild(self._stale.pop())
+
     def _rebuild(self, name: str) -> None:
+        self._stale.discard(name)
         snap = self._snap[name] = NodeSnapshot(self._inv[name], self._use[name])
         if self._table is not None and not self._table.update(snap):
             self._table = None
@@ -136,6 +147,7 @@ class ClusterState:
         """Every node (None) or the named ones: fits with placements, the others with reasons."""
         if pod.mig:
             return self._filter_mig(pod, nodes)
+        self._fresh()
         fr = self._filter_shared(pod, policy, nodes)
         migs = self._mig.names() if nodes is None else [n for n in nodes if n in self._mig]
         if not migs:
@@ -229,12 +241,12 @@ class ClusterState:
         gpus = {g.uuid: g for g in inv.gpus}
         fp = footprint(assignment, gpus, pod_key=pod_key)
         old = self._fp.get(pod_key) if pod_key in self._node_pods.get(name, ()) else None
-        snap = self._snap[name]
+        use, pos = self._use[name], self._snap[name].pos  # (a GPU's place never goes stale)
         problems = []
         for u, f in fp.items():
-            p = snap.pos[u]
+            p = pos[u]
             g = inv.gpus[p]
-            o = Use(snap.mem[p], snap.cores[p], snap.slots[p], int(snap.excl[p]))
+            o = use[p]
             if old is not None and u in old:
                 o = add_use(o, old[u], -1)
             at = f"pod {pod_key} GPU {u} on {name}"
@@ -281,7 +293,7 @@ class ClusterState:
         for u, f in fp.items():
             p = pos[u]
             use[p] = add_use(use[p], f, sign)
-        self._rebuild(name)
+        self._stale.add(name)
 
     # -- reads ---------------------------------------------------------------------------
     def gpu_usage(self) -> Iterator[GPUUsage]:

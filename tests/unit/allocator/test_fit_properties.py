@@ -3,7 +3,8 @@
 Checked against `alloc_helpers.reference_usage`, an independent recomputation from
 `state.pods()`: no GPU over-committed in memory, cores or slots; exclusive GPUs hold one pod;
 every placement satisfies its request; the summary fast path agrees with the per-GPU scan;
-assign/release round-trips; same inputs give the same placements.
+assign/release round-trips; same inputs give the same placements; assigns in a row, with no read
+between, are each checked against the ones before, and the snapshots read after them are fresh.
 """
 
 from __future__ import annotations
@@ -247,3 +248,8 @@ def test_arbitrary_assignments_are_committed_whole_or_not_at_all(case):
         else:
             assert state.pods()[key] == a
         assert_invariants(state)
+    for inv in invs:  # what a filter reads: rebuilt once, after assigns that read nothing
+        rows = [(u.memory_used_mib, u.cores_used, u.slices, u.exclusive)
+                for u in state.gpu_usage() if u.node == inv.node]
+        snap = state.snapshot(inv.node)
+        assert list(zip(snap.mem, snap.cores, snap.slots, snap.excl, strict=True)) == rows

@@ -87,6 +87,27 @@ def test_reassigning_a_key_replaces_the_old_assignment_even_when_it_overlaps():
     assert [u.memory_used_mib for u in st.gpu_usage()] == [5, 0], "moved to the other node"
 
 
+def test_a_relist_rebuilds_each_node_once_before_the_next_read(monkeypatch):
+    """Assigns mark their node; its snapshot is rebuilt once, before the next read (a restarted
+    extender lists every bound pod before its first filter), not once per pod."""
+    from gpuslice.allocator import state as state_module
+
+    built: list[str] = []
+    real = state_module.NodeSnapshot
+    monkeypatch.setattr(state_module, "NodeSnapshot",
+                        lambda inv, use: built.append(inv.node) or real(inv, use))
+    st = state(node("m", 8), node("n", 8))
+    built.clear()
+    for i in range(64):
+        st.assign(f"ns/p{i}", one("mn"[i % 2], (i // 2 % 8, 10, 1)))
+    assert built == [], "no snapshot rebuilt while nothing reads"
+    # 4 pods of 10 MiB on every GPU: what is left is exactly 81,880 MiB
+    assert st.filter(pod(req(mem=81920 - 39)), BINPACK).fits == {}
+    assert sorted(built) == ["m", "n"], "each node rebuilt once, all 64 pods counted"
+    assert set(st.filter(pod(req(mem=81920 - 40)), BINPACK).fits) == {"m", "n"}
+    assert len(built) == 2, "nothing changed since: nothing rebuilt"
+
+
 def test_release_round_trip_restores_usage_exactly():
     st = state(node("n", 2))
     st.assign("ns/a", one("n", (0, 123, 7)))
