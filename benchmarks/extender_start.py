@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e_bench import SHAPES, Processes, node_body, node_status, pod_body, wait_http
+from e2e_bench import SHAPES, Processes, alternated, node_body, node_status, pod_body, wait_http
 from gpuslice import codec, model
 from kubeapi.bench import cpu_seconds
 from kubeapi.envtest import ControlPlane, find_assets
@@ -110,16 +110,12 @@ async def main(a: argparse.Namespace) -> dict[str, Any]:
         await fill(server.kubeconfig, a)
         filled = round(time.monotonic() - t0, 1)
         procs = Processes(work, server.kubeconfig, follow=False)
-        codes = {"this checkout": str(Path(__file__).resolve().parents[1] / "src")}
-        if a.baseline:
-            codes["baseline"] = str(Path(a.baseline).resolve() / "src")
-        runs = []
-        for i in range(a.runs + 1):
-            for code, src in codes.items():  # alternated on one cluster
-                procs.env["PYTHONPATH"] = src
-                result = await start_once(procs)
-                if i:  # the first start of each writes its bytecode, as pip does: not counted
-                    runs.append({"code": code, **result})
+
+        async def once(src: str) -> dict[str, Any]:  # on the one cluster
+            procs.env["PYTHONPATH"] = src
+            return await start_once(procs)
+
+        runs = await alternated(a.baseline, a.runs, once)
         return {"nodes": a.nodes, "pods": a.pods, "pad_kib": a.pad_kib, "filled_in_s": filled,
                 "runs": runs, "api_server": name}
     finally:

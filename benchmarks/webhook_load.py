@@ -14,20 +14,17 @@ import argparse
 import asyncio
 import copy
 import json
-import os
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from e2e_bench import CLI, free_port, make_pki, wait_http
+from e2e_bench import Processes, alternated, wait_http
 from kubeapi.bench import cpu_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,24 +45,13 @@ def reviews(n: int) -> list[bytes]:
     return out
 
 
-async def run_once(src: str, bodies: list[bytes], connections: int) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="webhook-load-"))
-    pki = make_pki()
-    files = pki.write(work / "pki")
-    port = free_port()
-    (work / "webhook.yaml").write_text(yaml.safe_dump({
-        "address": "127.0.0.1", "port": port, "certFile": str(files["serving.crt"]),
-        "keyFile": str(files["serving.key"]), "checkNamespaceLabels": False,
-        "logLevel": "info"}))
-    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
-           "PYTHONPATH": src, "PYTHONPYCACHEPREFIX": str(ROOT / ".cache" / "bench-pycache")}
-    proc = subprocess.Popen([*CLI, "webhook", "--config", str(work / "webhook.yaml")], env=env,
-                            stderr=open(work / "webhook.log", "wb"))  # noqa: SIM115
+async def run_once(procs: Processes, bodies: list[bytes], connections: int) -> dict[str, Any]:
+    url, ca = procs.start_webhook()  # as e2e_bench runs it (no API server: no kubeconfig read)
+    assert procs.webhook is not None
     try:
-        url = f"https://127.0.0.1:{port}"
-        await wait_http(f"{url}/healthz", f"the webhook (see {work}/webhook.log)", ssl=False,
-                        process=proc)
-        tls = ssl.create_default_context(cadata=pki.ca_cert.decode())
+        await wait_http(f"{url}/healthz", f"the webhook (see {procs.work}/webhook.log)",
+                        ssl=False, process=procs.webhook)
+        tls = ssl.create_default_context(cadata=ca.decode())
         connector = aiohttp.TCPConnector(limit=connections, ssl=tls)
         async with aiohttp.ClientSession(connector=connector) as http:
             gate = asyncio.Semaphore(connections)
@@ -78,26 +64,25 @@ async def run_once(src: str, bodies: list[bytes], connections: int) -> dict[str,
                         raise SystemExit(f"webhook_load: HTTP {r.status}: {reply}")
 
             await asyncio.gather(*(call(b) for b in bodies[:200]))  # connections, caches
-            c0 = cpu_seconds(proc.pid)
+            c0 = cpu_seconds(procs.webhook.pid)
             await asyncio.gather(*(call(b) for b in bodies))
-            used = cpu_seconds(proc.pid) - c0
+            used = cpu_seconds(procs.webhook.pid) - c0
         return {"cpu_us_per_review": round(used * 1e6 / len(bodies))}
     finally:
-        proc.terminate()
-        proc.wait(10)
+        procs.stop()
 
 
 async def main(a: argparse.Namespace) -> dict[str, Any]:
     bodies = reviews(a.reviews)
-    codes = {"this checkout": str(ROOT / "src")}
-    if a.baseline:
-        codes["baseline"] = str(Path(a.baseline).resolve() / "src")
-    runs = []
-    for i in range(a.runs + 1):
-        for code, src in codes.items():  # alternated, so a busier minute hits both
-            result = await run_once(src, bodies, a.connections)
-            if i:  # the first run of each writes its bytecode, as pip does: not counted
-                runs.append({"code": code, **result})
+    work = Path(tempfile.mkdtemp(prefix="webhook-load-"))
+    procs = Processes(work, work / "kubeconfig-unused")  # one bytecode cache for every run
+
+    async def once(src: str) -> dict[str, Any]:
+        procs.env["PYTHONPATH"] = src
+        return await run_once(procs, bodies, a.connections)
+
+    runs = await alternated(a.baseline, a.runs, once)
+    codes = dict.fromkeys(r["code"] for r in runs)
     medians = {code: statistics.median(r["cpu_us_per_review"] for r in runs
                                        if r["code"] == code) for code in codes}
     return {"reviews": a.reviews, "connections": a.connections, "runs": runs,
