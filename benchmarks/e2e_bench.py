@@ -421,7 +421,8 @@ class Child:
     async def start(self) -> dict[str, Any]:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, __file__, "--role", self.role, *self.args,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            limit=64 * 2**20)  # the last line lists every bind's time: 64 KiB holds ~3,000
         return await self.line()
 
     async def line(self) -> dict[str, Any]:
