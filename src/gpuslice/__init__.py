@@ -8,11 +8,19 @@ Packages, in the order to read them:
   cli.py                                         the `gpuslice` command
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("gpuslice")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
-
 __all__ = ["__version__"]
+
+
+def __getattr__(name: str) -> str:
+    """`__version__`, read from the installed metadata on first use: importlib.metadata costs
+    a service's every start about 15 ms, and only `gpuslice --version` asks."""
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("gpuslice")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        found = "0.0.0+unknown"
+    globals()["__version__"] = found
+    return found

@@ -15,7 +15,6 @@ from typing import Any, NoReturn
 
 import click
 
-from gpuslice import __version__
 from gpuslice.errors import GpusliceError, RequestError
 
 EXIT_USAGE = 2  # the other codes live on the error classes (GpusliceError.exit_code)
@@ -65,8 +64,18 @@ class _Group(click.Group):
         sys.exit(code if isinstance(code, int) else 0)
 
 
+def _show_version(ctx: click.Context) -> None:
+    """As click.version_option, but the version is read only when asked (gpuslice.__version__)."""
+    import gpuslice
+
+    click.echo(f"gpuslice, version {gpuslice.__version__}")
+    ctx.exit()
+
+
 @click.group("gpuslice", cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="gpuslice")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=lambda ctx, _, on: _show_version(ctx) if on else None,
+              help="Show the version and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:

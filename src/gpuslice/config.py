@@ -3,8 +3,9 @@
 Owns: reading a service's config file, applying `<PREFIX>_<KEY>` environment overrides
 (`<PREFIX>_<A>__<B>` for nested keys) and command-line flags, and validating the result into
 the service's msgspec Struct (its schema, defaults included).
-Does not: define any service's keys (each service owns its schema: a msgspec Struct with
-`forbid_unknown_fields=True, kw_only=True` and a default for every key).
+Does not: define a service's keys (each service owns its schema: a msgspec Struct with
+`forbid_unknown_fields=True, kw_only=True` and a default for every key), but for `defaults`, the
+one section the webhook and the extender share: both must read a pod's request the same way.
 Failure: ConfigError naming the file or variable and the key, what is wrong and the fix; unknown
 keys are errors (a typo never silently falls back to a default).
 Tests: tests/unit/test_config.py
@@ -21,9 +22,10 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
+from gpuslice import dialects
 from gpuslice.errors import ConfigError
 
-__all__ = ["load"]
+__all__ = ["DefaultsConfig", "load"]
 
 T = TypeVar("T", bound=msgspec.Struct)
 
@@ -134,3 +136,26 @@ def load(schema: type[T], path: str | None = None, *, env_prefix: str,
                               f"known keys: {_known(schema, key)}") from None
         raise ConfigError(f"{source}: {key or 'value'}: {what}; fix the value "
                           "(docs/configuration.md lists every key)") from None
+
+
+class DefaultsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """What a slice request gets for a dimension it leaves out (dialects.Defaults)."""
+
+    memory_mib: int | None = msgspec.field(default=None, name="memoryMiB")
+    memory_percent: int | None = msgspec.field(default=None, name="memoryPercent")
+    cores: int = 0
+
+    def __post_init__(self) -> None:
+        try:
+            self.build()
+        except ValueError as exc:  # msgspec -> ConfigError naming `defaults`; say it our way
+            text = str(exc).removeprefix("defaults: ")
+            raise ValueError(text.replace("memory_mib", "memoryMiB")
+                             .replace("memory_percent", "memoryPercent")) from None
+
+    def build(self) -> dialects.Defaults:
+        percent = self.memory_percent
+        if percent is None and self.memory_mib is None:
+            percent = 100
+        return dialects.Defaults(memory_mib=self.memory_mib, memory_percent=percent,
+                                 cores=self.cores)

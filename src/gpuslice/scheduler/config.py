@@ -1,8 +1,8 @@
 """The extender's settings: one YAML file, `GPUSLICE_SCHEDULER_*` overrides, then flags.
 
 Owns: the schema (every key with its default; docs/scheduler.md "Configuration" lists them).
-Loading, env names and error wording are gpuslice.config's; the dialect defaults are the
-webhook's schema (both must read a pod the same way, so both take the same section).
+Loading, env names, error wording and the `defaults` section (the webhook's too: both must read
+a pod the same way) are gpuslice.config's.
 Failure: ConfigError naming the file or variable and the key, raised before anything listens.
 Tests: tests/unit/scheduler/test_config.py
 """
@@ -15,8 +15,8 @@ import msgspec
 
 from gpuslice import config
 from gpuslice.allocator import Policy, parse_policy
+from gpuslice.config import DefaultsConfig
 from gpuslice.errors import RequestError
-from gpuslice.webhook.config import DefaultsConfig
 
 __all__ = ["ENV_PREFIX", "LeaderElection", "SchedulerConfig", "load"]
 

@@ -12,7 +12,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from gpuslice import config, dialects
+from gpuslice import config
+from gpuslice.config import DefaultsConfig
 from gpuslice.webhook import dra
 from gpuslice.webhook.admit import Options
 
@@ -22,29 +23,6 @@ ENV_PREFIX = "GPUSLICE_WEBHOOK"
 
 _Name = Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
 _Seconds = Annotated[float, msgspec.Meta(gt=0, le=3600)]
-
-
-class DefaultsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
-    """What a slice request gets for a dimension it leaves out (dialects.Defaults)."""
-
-    memory_mib: int | None = msgspec.field(default=None, name="memoryMiB")
-    memory_percent: int | None = msgspec.field(default=None, name="memoryPercent")
-    cores: int = 0
-
-    def __post_init__(self) -> None:
-        try:
-            self.build()
-        except ValueError as exc:  # msgspec -> ConfigError naming `defaults`; say it our way
-            text = str(exc).removeprefix("defaults: ")
-            raise ValueError(text.replace("memory_mib", "memoryMiB")
-                             .replace("memory_percent", "memoryPercent")) from None
-
-    def build(self) -> dialects.Defaults:
-        percent = self.memory_percent
-        if percent is None and self.memory_mib is None:
-            percent = 100
-        return dialects.Defaults(memory_mib=self.memory_mib, memory_percent=percent,
-                                 cores=self.cores)
 
 
 class DraSection(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
