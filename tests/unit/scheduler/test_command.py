@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -29,3 +31,15 @@ def test_an_ipv6_address_listens_on_ipv6():
         assert sock.family == socket.AF_INET6
         with socket.create_connection(("::1", sock.getsockname()[1]), timeout=2):
             pass
+
+
+def test_the_extender_loads_no_admission_dra_or_node_code():
+    """A restarted extender serves after its imports, so each one is paid by every pod
+    kube-scheduler holds meanwhile (docs/benchmarks.md, "What a restart costs")."""
+    code = ("import sys; from gpuslice.cli import main; from gpuslice.scheduler import command, "
+            "service, config; from gpuslice import ops; from gpuslice.kube import client; "
+            "print(sorted(m for m in sys.modules if m.startswith(('gpuslice.webhook', "
+            "'gpuslice.dra', 'gpuslice.node'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
