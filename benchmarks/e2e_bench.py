@@ -44,6 +44,7 @@ import gc
 import itertools
 import json
 import os
+import platform
 import random
 import signal
 import socket
@@ -99,7 +100,7 @@ SHAPES = (  # (limits as a user writes them, weight): a few pod templates, as in
 )
 MUTATING = create_global_resource("admissionregistration.k8s.io", "v1",
                                   "MutatingWebhookConfiguration", "mutatingwebhookconfigurations")
-CLI = [sys.executable, "-c", "import sys; from gpuslice.cli import main; sys.exit(main())"]
+CLI_CODE = "import sys; from gpuslice.cli import main; sys.exit(main())"
 
 
 def free_port() -> int:
@@ -163,8 +164,9 @@ class Processes:
     """`gpuslice webhook` and `gpuslice scheduler` as child processes."""
 
     def __init__(self, work: Path, kubeconfig: Path, policy: str = "binpack",
-                 follow: bool = True) -> None:
+                 follow: bool = True, python: str = sys.executable) -> None:
         self.work, self.kubeconfig, self.policy, self.follow = work, kubeconfig, policy, follow
+        self.cli = [python, "-c", CLI_CODE]  # the interpreter gpuslice's processes run on
         self.extender_port = free_port()
         self.extender: subprocess.Popen[bytes] | None = None
         self.webhook: subprocess.Popen[bytes] | None = None
@@ -185,7 +187,7 @@ class Processes:
                 # the driver in kube-scheduler's place holds no Lease: the extender's own
                 "leaseNamespace": "default", "leaseSeconds": 4, "renewDeadlineSeconds": 3,
                 "retryPeriodSeconds": 1}}))
-        self.extender = subprocess.Popen([*CLI, "scheduler", "--config", str(cfg)],
+        self.extender = subprocess.Popen([*self.cli, "scheduler", "--config", str(cfg)],
                                          env=self.env,
                                          stderr=open(self.work / "scheduler.log", "ab"))  # noqa: SIM115
 
@@ -198,7 +200,7 @@ class Processes:
             "address": "127.0.0.1", "port": port, "certFile": str(files["serving.crt"]),
             "keyFile": str(files["serving.key"]), "checkNamespaceLabels": False,
             "logLevel": "info"}))
-        self.webhook = subprocess.Popen([*CLI, "webhook", "--config", str(cfg)], env=self.env,
+        self.webhook = subprocess.Popen([*self.cli, "webhook", "--config", str(cfg)], env=self.env,
                                         stderr=open(self.work / "webhook.log", "ab"))  # noqa: SIM115
         return f"https://127.0.0.1:{port}", pki.ca_cert
 
@@ -498,7 +500,7 @@ async def verb_cpu(a: argparse.Namespace) -> dict[str, Any]:
     running): --pods pods created (their watch events), filter + prioritize each, bind each."""
     work = Path(tempfile.mkdtemp(prefix="e2e-verbs-"))
     server = spawn(work / "kubeapi", history=1_000_000)
-    procs = Processes(work, server.kubeconfig, follow=False)
+    procs = Processes(work, server.kubeconfig, follow=False, python=a.gpuslice_python)
     client = AsyncClient(config=KubeConfig.from_file(server.kubeconfig))
     try:
         names = await add_nodes(client, a.nodes, a.gpus)
@@ -576,7 +578,8 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         server = spawn(work / "kubeapi", history=1_000_000)  # its own process: no shared GIL
         kubeconfig, api_name = server.kubeconfig, "in-process"
     procs = Processes(work, kubeconfig, a.policy,
-                      follow=plane is not None and plane.assets.kube_scheduler is not None)
+                      follow=plane is not None and plane.assets.kube_scheduler is not None,
+                      python=a.gpuslice_python)
     client = AsyncClient(config=KubeConfig.from_file(kubeconfig))
     children: list[Child] = []
     try:
@@ -695,6 +698,8 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 k: round(n / max(bound, 1), 2) for k, n in requests.most_common()
                 if n >= bound / 20},
             "cpu_count": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
+            "python": {"harness": platform.python_version(),
+                       **({} if a.plain else {"gpuslice": python_version(a.gpuslice_python)})},
             "api_server": api_name, "scheduler": scheduler_name, "webhook": webhook,
             "extender": extender,
             "nodes_emulated": ("each pod's first kubelet status write" if not a.no_kubelet_status
@@ -712,6 +717,11 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             server.stop()
         if plane is not None:
             plane.stop()
+
+
+def python_version(python: str) -> str:
+    return subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
 
 
 def restart_timeline(restart: dict[str, float], times: list[float], t0: float
@@ -853,6 +863,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1, help="pairs of runs for --compare")
     ap.add_argument("--scheduler-qps", type=int, default=500,
                     help="the real kube-scheduler's clientConnection.qps (burst twice it)")
+    ap.add_argument("--gpuslice-python", default=sys.executable, metavar="PYTHON",
+                    help="the interpreter the webhook and the extender run on (this one by "
+                         "default; the control-plane image ships Python 3.12): a virtual "
+                         "environment's python with gpuslice installed")
     ap.add_argument("--verb-cpu", action="store_true",
                     help="instead: the extender's CPU per verb, one call at a time")
     ap.add_argument("--role", choices=("driver", "agent"), help=argparse.SUPPRESS)
