@@ -64,8 +64,10 @@ class _Group(click.Group):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-def _show_version(ctx: click.Context) -> None:
+def _show_version(ctx: click.Context, _: click.Parameter, asked: bool) -> None:
     """As click.version_option, but the version is read only when asked (gpuslice.__version__)."""
+    if not asked or ctx.resilient_parsing:
+        return
     import gpuslice
 
     click.echo(f"gpuslice, version {gpuslice.__version__}")
@@ -74,7 +76,7 @@ def _show_version(ctx: click.Context) -> None:
 
 @click.group("gpuslice", cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
-              callback=lambda ctx, _, on: _show_version(ctx) if on else None,
+              callback=_show_version,
               help="Show the version and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
